@@ -1,0 +1,20 @@
+// Data-parallel loops. Work items are claimed dynamically, but every item writes only its own
+// output slot, so results never depend on the thread count or scheduling.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "base/status.h"
+
+namespace dcr {
+
+// Number of hardware threads (at least 1).
+int HardwareThreads();
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (0 = all hardware threads).
+// Returns the error of the lowest-numbered failing item; after a failure, items not yet
+// started are skipped.
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn);
+
+}  // namespace dcr

@@ -1,0 +1,276 @@
+// Offline commands on files: diff, apply, verify, digest, inspect.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "protocol/delta_apply.h"
+#include "protocol/delta_diff.h"
+#include "protocol/delta_file.h"
+
+namespace dcr::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+void PrintJson(const Json& j) { std::printf("%s\n", j.dump().c_str()); }
+
+bool LooksLikeDelta(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof(kDeltaMagic)] = {};
+  in.read(magic, sizeof(magic));
+  return in.gcount() == sizeof(magic) && std::memcmp(magic, kDeltaMagic, sizeof(magic)) == 0;
+}
+
+struct DiffArgs {
+  std::string base, next, out;
+  bool json = false, overwrite = false, progress = false;
+  int threads = 0;
+  uint64_t chunk_mib = kDefaultChunkBytes >> 20;
+};
+
+int RunDiff(const DiffArgs& a) {
+  auto base = Checkpoint::Open(a.base);
+  if (!base.ok()) return ReportError("diff", base.status());
+  auto next = Checkpoint::Open(a.next);
+  if (!next.ok()) return ReportError("diff", next.status());
+  DiffOptions o;
+  o.threads = a.threads;
+  o.kind = a.overwrite ? ValueKind::kOverwrite : ValueKind::kXor;
+  o.chunk_bytes = a.chunk_mib << 20;
+  o.progress = MakeProgress("diff", a.progress);
+  auto st = DiffCheckpoints(*base, *next, a.out, o);
+  if (!st.ok()) return ReportError("diff", st.status());
+  const DiffStats& s = *st;
+  double density = s.total_elements ? static_cast<double>(s.changed_elements) / static_cast<double>(s.total_elements) : 0;
+  double per_change = s.changed_elements ? static_cast<double>(s.wire_bytes) / static_cast<double>(s.changed_elements) : 0;
+  if (a.json) {
+    PrintJson({{"changed_elements", s.changed_elements},
+               {"total_elements", s.total_elements},
+               {"density", density},
+               {"dense_bytes", s.dense_bytes},
+               {"wire_bytes", s.wire_bytes},
+               {"wire_bytes_per_changed_element", per_change},
+               {"payloads", s.payloads},
+               {"encode_seconds", s.encode_seconds},
+               {"digest_seconds", s.digest_seconds},
+               {"write_seconds", s.write_seconds},
+               {"base_digest", s.base_digest.ToHex()},
+               {"target_digest", s.target_digest.ToHex()},
+               {"output", a.out}});
+  } else {
+    std::printf("%s: %llu of %llu elements changed (%.4f%%), %s dense -> %s on the wire (%.2f bytes/change, %.1fx smaller)\n",
+                a.out.c_str(), static_cast<unsigned long long>(s.changed_elements),
+                static_cast<unsigned long long>(s.total_elements), 100 * density,
+                HumanBytes(static_cast<double>(s.dense_bytes)).c_str(), HumanBytes(static_cast<double>(s.wire_bytes)).c_str(),
+                per_change, s.wire_bytes ? static_cast<double>(s.dense_bytes) / static_cast<double>(s.wire_bytes) : 0.0);
+    std::printf("diff+encode %.3f s, base digest %.3f s, write %.3f s\n", s.encode_seconds, s.digest_seconds, s.write_seconds);
+  }
+  return kExitOk;
+}
+
+struct ApplyArgs {
+  std::string delta, target;
+  bool json = false, progress = false;
+  int threads = 0;
+};
+
+int RunApply(const ApplyArgs& a) {
+  auto delta = DeltaReader::Open(a.delta);
+  if (!delta.ok()) return ReportError("apply", delta.status());
+  auto target = Checkpoint::Open(a.target, MappedFile::Mode::kReadWrite);
+  if (!target.ok()) return ReportError("apply", target.status());
+  ApplyOptions o;
+  o.threads = a.threads;
+  o.progress = MakeProgress("apply", a.progress);
+  auto st = ApplyDelta(*delta, *target, o);
+  if (!st.ok()) return ReportError("apply", st.status());
+  const ApplyStats& s = *st;
+  if (a.json) {
+    PrintJson({{"changed_elements", s.changed_elements},
+               {"payloads", s.payloads},
+               {"wire_bytes", s.wire_bytes},
+               {"base_check_seconds", s.base_check_seconds},
+               {"verify_seconds", s.verify_seconds},
+               {"apply_seconds", s.apply_seconds},
+               {"target_digest", s.target_digest.ToHex()},
+               {"target", a.target}});
+  } else {
+    std::printf("%s: applied %llu changes from %llu payloads; now at digest %s\n", a.target.c_str(),
+                static_cast<unsigned long long>(s.changed_elements), static_cast<unsigned long long>(s.payloads),
+                s.target_digest.ToHex().c_str());
+  }
+  return kExitOk;
+}
+
+int RunVerify(const std::string& pa, const std::string& pb) {
+  auto a = Checkpoint::Open(pa);
+  if (!a.ok()) return ReportError("verify", a.status());
+  auto b = Checkpoint::Open(pb);
+  if (!b.ok()) return ReportError("verify", b.status());
+  auto d = FirstDifference(*a, *b);
+  if (!d.ok()) {
+    if (d.status().code() == StatusCode::kMismatch) {
+      std::printf("DIFFERENT: %s\n", d.status().message().c_str());
+      return kExitDifferent;
+    }
+    return ReportError("verify", d.status());
+  }
+  if (!d->has_value()) {
+    std::printf("IDENTICAL: %zu tensors, %llu elements bit-identical\n", a->tensors().size(),
+                static_cast<unsigned long long>(a->total_elements()));
+    return kExitOk;
+  }
+  const TensorDifference& x = **d;
+  std::printf("DIFFERENT: tensor '%s' element %llu %s: 0x%0*llx in %s, 0x%0*llx in %s\n", x.tensor.c_str(),
+              static_cast<unsigned long long>(x.element), ElementCoordinates(x.shape, x.element).c_str(),
+              static_cast<int>(2 * x.width), static_cast<unsigned long long>(x.a_bits), pa.c_str(),
+              static_cast<int>(2 * x.width), static_cast<unsigned long long>(x.b_bits), pb.c_str());
+  return kExitDifferent;
+}
+
+int RunDigest(const std::string& path, bool json, bool per_tensor, int threads) {
+  auto c = Checkpoint::Open(path);
+  if (!c.ok()) return ReportError("digest", c.status());
+  CheckpointDigest d = DigestCheckpoint(*c, threads);
+  if (json) {
+    Json tensors = Json::object();
+    for (size_t i = 0; i < d.tensors.size(); ++i) tensors[c->tensors()[i].name()] = d.tensors[i].ToHex();
+    PrintJson({{"digest", d.total.ToHex()}, {"tensors", tensors}});
+  } else {
+    std::printf("%s  %s\n", d.total.ToHex().c_str(), path.c_str());
+    if (per_tensor)
+      for (size_t i = 0; i < d.tensors.size(); ++i)
+        std::printf("%s  %s\n", d.tensors[i].ToHex().c_str(), c->tensors()[i].name().c_str());
+  }
+  return kExitOk;
+}
+
+int InspectDelta(const std::string& path, bool json) {
+  auto r = DeltaReader::Open(path);
+  if (!r.ok()) return ReportError("inspect", r.status());
+  const DeltaHeader& h = r->header();
+  std::map<uint32_t, uint64_t> changed_per_tensor;
+  for (const auto& p : h.payloads) changed_per_tensor[p.tensor] += p.changed;
+  const uint64_t changed = h.changed_elements(), total = h.total_elements();
+  if (json) {
+    Json tensors = Json::array();
+    for (size_t i = 0; i < h.tensors.size(); ++i) {
+      const auto& t = h.tensors[i];
+      tensors.push_back({{"name", t.entry.name}, {"dtype", std::string(DTypeName(t.entry.dtype))},
+                         {"shape", t.entry.shape}, {"changed_elements", changed_per_tensor[static_cast<uint32_t>(i)]},
+                         {"value_kind", t.kind == ValueKind::kXor ? "xor" : "overwrite"}});
+    }
+    PrintJson({{"kind", "delta"}, {"format_version", h.format_version}, {"payload_format_version", kPayloadFormatVersion},
+               {"transfer_id", h.transfer_id}, {"base_digest", h.base_digest.ToHex()},
+               {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()},
+               {"changed_elements", changed}, {"total_elements", total}, {"wire_bytes", r->file_size()},
+               {"tensors", tensors}});
+    return kExitOk;
+  }
+  std::printf("dcr delta (format %u, payload format %u)\n", h.format_version, kPayloadFormatVersion);
+  std::printf("  base   %s\n  target %s\n", h.base_digest.ToHex().c_str(), h.target_digest.ToHex().c_str());
+  std::printf("  %zu payloads, %s; %llu of %llu elements changed (%.4f%%)\n", h.payloads.size(),
+              HumanBytes(static_cast<double>(r->file_size())).c_str(), static_cast<unsigned long long>(changed),
+              static_cast<unsigned long long>(total), total ? 100.0 * static_cast<double>(changed) / static_cast<double>(total) : 0.0);
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    const auto& t = h.tensors[i];
+    std::printf("  %-48s %-7s %-16s %llu changed\n", t.entry.name.c_str(), std::string(DTypeName(t.entry.dtype)).c_str(),
+                ShapeString(t.entry.shape).c_str(), static_cast<unsigned long long>(changed_per_tensor[static_cast<uint32_t>(i)]));
+  }
+  return kExitOk;
+}
+
+int InspectCheckpoint(const std::string& path, bool json) {
+  auto c = Checkpoint::Open(path);
+  if (!c.ok()) return ReportError("inspect", c.status());
+  std::map<std::string, uint64_t> by_dtype;
+  for (const auto& t : c->tensors()) by_dtype[std::string(DTypeName(t.dtype()))] += t.num_elements();
+  if (json) {
+    Json tensors = Json::array();
+    for (const auto& t : c->tensors())
+      tensors.push_back({{"name", t.name()}, {"dtype", std::string(DTypeName(t.dtype()))}, {"shape", t.info->shape},
+                         {"bytes", t.info->byte_size()}, {"file", c->file(t.file_index).path()}});
+    PrintJson({{"kind", "checkpoint"}, {"sharded", c->sharded()}, {"files", c->num_files()},
+               {"tensors", tensors}, {"total_elements", c->total_elements()}, {"total_bytes", c->total_bytes()},
+               {"elements_by_dtype", by_dtype}});
+    return kExitOk;
+  }
+  std::printf("safetensors checkpoint%s: %zu tensors in %zu file(s), %llu elements, %s\n", c->sharded() ? " (sharded)" : "",
+              c->tensors().size(), c->num_files(), static_cast<unsigned long long>(c->total_elements()),
+              HumanBytes(static_cast<double>(c->total_bytes())).c_str());
+  for (auto& [d, n] : by_dtype) std::printf("  %-8s %llu elements\n", d.c_str(), static_cast<unsigned long long>(n));
+  for (const auto& t : c->tensors())
+    std::printf("  %-48s %-7s %s\n", t.name().c_str(), std::string(DTypeName(t.dtype())).c_str(), ShapeString(t.info->shape).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterFileCommands(CLI::App& app, int* exit_code) {
+  auto diff_args = std::make_shared<DiffArgs>();
+  auto* diff = app.add_subcommand("diff", "Make a delta file that takes BASE to NEW.");
+  diff->footer(
+      "BASE and NEW are .safetensors files or sharded checkpoint directories with equal catalogs\n"
+      "(same tensor names, dtypes and shapes). The delta records both checkpoints' state digests;\n"
+      "`dcr apply` refuses a target that does not hold BASE's bits.");
+  diff->add_option("BASE", diff_args->base, "base checkpoint")->required();
+  diff->add_option("NEW", diff_args->next, "new checkpoint")->required();
+  diff->add_option("-o,--output", diff_args->out, "delta file to write (atomically)")->required();
+  diff->add_flag("--json", diff_args->json,
+                 "print one JSON object: changed_elements, total_elements, dense_bytes, wire_bytes, encode_seconds, ...");
+  diff->add_option("--threads", diff_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  diff->add_flag("--overwrite", diff_args->overwrite, "code new bits instead of XOR masks");
+  diff->add_option("--chunk-mib", diff_args->chunk_mib, "dense MiB covered by one payload at most")
+      ->check(CLI::Range(1, 4096));
+  diff->add_flag("--progress", diff_args->progress, "show progress even when stderr is not a terminal");
+  diff->callback([=] { *exit_code = RunDiff(*diff_args); });
+
+  auto apply_args = std::make_shared<ApplyArgs>();
+  auto* apply = app.add_subcommand("apply", "Apply DELTA to TARGET in place.");
+  apply->footer(
+      "TARGET (file or sharded directory) must hold exactly the delta's base bits: its digest is\n"
+      "checked first, then every payload's checksum and structure, then the digest the changes\n"
+      "produce. Only then is anything written. On any error TARGET is unchanged.");
+  apply->add_option("DELTA", apply_args->delta, "delta file from `dcr diff`")->required();
+  apply->add_option("TARGET", apply_args->target, "checkpoint to update in place")->required();
+  apply->add_flag("--json", apply_args->json, "print one JSON object with counts and timings");
+  apply->add_option("--threads", apply_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  apply->add_flag("--progress", apply_args->progress, "show progress even when stderr is not a terminal");
+  apply->callback([=] { *exit_code = RunApply(*apply_args); });
+
+  auto verify_paths = std::make_shared<std::pair<std::string, std::string>>();
+  auto* verify = app.add_subcommand("verify", "Exit 0 iff A and B hold bit-identical tensors.");
+  verify->footer("Otherwise prints the first differing tensor and element (or catalog difference) and exits 1.");
+  verify->add_option("A", verify_paths->first, "checkpoint")->required();
+  verify->add_option("B", verify_paths->second, "checkpoint")->required();
+  verify->callback([=] { *exit_code = RunVerify(verify_paths->first, verify_paths->second); });
+
+  struct DigestArgs {
+    std::string path;
+    bool json = false, tensors = false;
+    int threads = 0;
+  };
+  auto digest_args = std::make_shared<DigestArgs>();
+  auto* digest = app.add_subcommand("digest", "Print the state digest of a checkpoint.");
+  digest->footer("The digest covers names, dtypes, shapes and every element's bits (docs/format.md).");
+  digest->add_option("PATH", digest_args->path, "checkpoint")->required();
+  digest->add_flag("--json", digest_args->json, "print {\"digest\": ..., \"tensors\": {name: digest}}");
+  digest->add_flag("--tensors", digest_args->tensors, "also print each tensor's digest");
+  digest->add_option("--threads", digest_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  digest->callback([=] { *exit_code = RunDigest(digest_args->path, digest_args->json, digest_args->tensors, digest_args->threads); });
+
+  auto inspect_args = std::make_shared<std::pair<std::string, bool>>();
+  auto* inspect = app.add_subcommand("inspect", "Summarise a checkpoint or a delta file.");
+  inspect->add_option("PATH", inspect_args->first, "checkpoint (file or directory) or delta file")->required();
+  inspect->add_flag("--json", inspect_args->second, "print one JSON object");
+  inspect->callback([=] {
+    *exit_code = LooksLikeDelta(inspect_args->first) ? InspectDelta(inspect_args->first, inspect_args->second)
+                                                     : InspectCheckpoint(inspect_args->first, inspect_args->second);
+  });
+}
+
+}  // namespace dcr::cli

@@ -1,0 +1,12 @@
+// Subcommand registration. Each Register* adds its subcommands to `app`; when one runs it
+// stores its exit code in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dcr::cli {
+
+void RegisterFileCommands(CLI::App& app, int* exit_code);  // diff apply verify digest inspect
+void RegisterDemoCommand(CLI::App& app, int* exit_code);
+
+}  // namespace dcr::cli

@@ -1,0 +1,169 @@
+// Little-endian byte helpers, LEB128 varints and an LSB-first bit stream.
+// Readers never read past their span: every accessor reports failure instead.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+namespace dcr {
+
+inline void PutLe(std::vector<uint8_t>& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+inline void StoreLe(uint8_t* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint64_t LoadLe(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline void PutVarint(std::vector<uint8_t>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<uint8_t>(v));
+}
+inline int VarintSize(uint64_t v) {
+  int n = 1;
+  while (v >= 0x80) v >>= 7, ++n;
+  return n;
+}
+
+// Sequential reader over a byte span.
+class ByteReader {
+ public:
+  explicit ByteReader(std::span<const uint8_t> b) : b_(b) {}
+  size_t pos() const { return pos_; }
+  size_t remaining() const { return b_.size() - pos_; }
+  bool ReadVarint(uint64_t* v) {
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= b_.size()) return false;
+      uint8_t byte = b_[pos_++];
+      if (shift == 63 && byte > 1) return false;  // would overflow 64 bits
+      r |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) {
+        *v = r;
+        return true;
+      }
+    }
+    return false;
+  }
+  bool ReadByte(uint8_t* v) {
+    if (pos_ >= b_.size()) return false;
+    *v = b_[pos_++];
+    return true;
+  }
+  // The unread bytes; Skip(n) then consumes n of them (n <= remaining()).
+  std::span<const uint8_t> Rest() const { return b_.subspan(pos_); }
+  void Skip(size_t n) { pos_ += n < remaining() ? n : remaining(); }
+  bool ReadBytes(size_t n, std::span<const uint8_t>* out) {
+    if (n > remaining()) return false;
+    *out = b_.subspan(pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+};
+
+// Appends bits LSB-first to a byte vector.
+class BitWriter {
+ public:
+  explicit BitWriter(std::vector<uint8_t>& out) : out_(out) {}
+  // nbits <= 57
+  void Put(uint64_t bits, int nbits) {
+    acc_ |= bits << fill_;
+    fill_ += nbits;
+    while (fill_ >= 8) {
+      out_.push_back(static_cast<uint8_t>(acc_));
+      acc_ >>= 8;
+      fill_ -= 8;
+    }
+  }
+  // q one-bits then a zero bit.
+  void PutUnary(uint64_t q) {
+    while (q >= 32) Put(0xffffffffu, 32), q -= 32;
+    Put((1ull << q) - 1, static_cast<int>(q) + 1);
+  }
+  void Flush() {
+    if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
+    acc_ = 0;
+    fill_ = 0;
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+  uint64_t acc_ = 0;
+  int fill_ = 0;
+};
+
+// Reads bits LSB-first from a byte span; running off the end sets an error flag and yields 0s.
+class BitReader {
+ public:
+  explicit BitReader(std::span<const uint8_t> b) : b_(b) {}
+  // nbits <= 56
+  uint64_t Get(int nbits) {
+    Refill();
+    if (fill_ < nbits) {
+      overrun_ = true;
+      return 0;
+    }
+    uint64_t v = acc_ & ((nbits == 64) ? ~0ull : ((1ull << nbits) - 1));
+    acc_ >>= nbits;
+    fill_ -= nbits;
+    return v;
+  }
+  // Counts one-bits up to the next zero bit (consumed). Fails (overrun) past `limit` ones.
+  uint64_t GetUnary(uint64_t limit) {
+    uint64_t q = 0;
+    for (;;) {
+      Refill();
+      if (fill_ == 0) {
+        overrun_ = true;
+        return 0;
+      }
+      uint64_t inv = ~acc_ & ((fill_ == 64) ? ~0ull : ((1ull << fill_) - 1));
+      if (inv != 0) {
+        int ones = __builtin_ctzll(inv);
+        q += static_cast<uint64_t>(ones);
+        acc_ >>= (ones + 1);
+        fill_ -= ones + 1;
+        if (q > limit) overrun_ = true;
+        return q;
+      }
+      q += static_cast<uint64_t>(fill_);
+      acc_ = 0;
+      fill_ = 0;
+      if (q > limit) {
+        overrun_ = true;
+        return 0;
+      }
+    }
+  }
+  bool overrun() const { return overrun_; }
+  // Bytes consumed so far, counting a partially read byte as whole.
+  size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }
+
+ private:
+  void Refill() {
+    while (fill_ <= 56 && pos_ < b_.size()) {
+      acc_ |= static_cast<uint64_t>(b_[pos_++]) << fill_;
+      fill_ += 8;
+    }
+  }
+  std::span<const uint8_t> b_;
+  size_t pos_ = 0;
+  uint64_t acc_ = 0;
+  int fill_ = 0;
+  bool overrun_ = false;
+};
+
+}  // namespace dcr

@@ -1,0 +1,35 @@
+// The diff scan: finds the elements whose bits differ between two equal-length element arrays,
+// comparing through unsigned-integer views (never as floats: NaN != NaN and -0.0 == +0.0 would
+// both be wrong here).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dcr {
+
+enum class ValueKind : uint8_t {
+  kXor = 0,        // value = old ^ new; applying XORs it into the old bits
+  kOverwrite = 1,  // value = new bits; applying stores it
+};
+
+// Changed elements of one chunk: ascending positions relative to the chunk start, and for each
+// its value (XOR mask or new bits) as `width` little-endian bytes, packed back to back.
+struct ChangeSet {
+  uint32_t width = 0;
+  std::vector<uint32_t> positions;
+  std::vector<uint8_t> values;  // positions.size() * width bytes
+
+  size_t size() const { return positions.size(); }
+  void Clear() {
+    positions.clear();
+    values.clear();
+  }
+};
+
+// Scans base vs next (both `count` elements of `width` bytes, count < 2^32) and fills `out`.
+void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
+                  ValueKind kind, ChangeSet* out);
+
+}  // namespace dcr

@@ -1,0 +1,27 @@
+// Location coding: which positions of a chunk changed. The chunk is cut into blocks of
+// 2^block_log2 elements and each block picks the smallest of three codes (docs/format.md):
+// Rice-coded gaps (scattered changes), a bitmap (dense changes), or ranges (contiguous runs).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dcr {
+
+inline constexpr int kDefaultLocationBlockLog2 = 16;
+
+enum class LocationMethod : uint8_t { kRice = 0, kBitmap = 1, kRanges = 2 };
+
+// Appends the code of `positions` (strictly ascending, each < count) to `out`.
+void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,
+                     std::vector<uint8_t>* out);
+
+// Decodes the code in `in` for a chunk of `count` elements that must hold exactly `expected`
+// positions. Fails with kCorrupt on any malformed input; never reads outside `in`.
+Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,
+                       uint64_t expected, std::vector<uint32_t>* positions);
+
+}  // namespace dcr

@@ -1,0 +1,52 @@
+#include "codec/section_coding.h"
+
+#include <zstd.h>
+
+#include <cstring>
+
+namespace dcr {
+
+SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::vector<uint8_t>* out) {
+  size_t at = out->size();
+  if (raw.size() >= 64) {
+    size_t bound = ZSTD_compressBound(raw.size());
+    out->resize(at + bound);
+    size_t n = ZSTD_compress(out->data() + at, bound, raw.data(), raw.size(), zstd_level);
+    if (!ZSTD_isError(n) && n < raw.size()) {
+      out->resize(at + n);
+      return SectionCodec::kZstd;
+    }
+    out->resize(at);
+  }
+  out->insert(out->end(), raw.begin(), raw.end());
+  return SectionCodec::kRaw;
+}
+
+Status DecompressSection(SectionCodec codec, std::span<const uint8_t> stored, uint64_t raw_len,
+                         std::vector<uint8_t>* out) {
+  switch (codec) {
+    case SectionCodec::kRaw:
+      if (stored.size() != raw_len)
+        return Corrupt("raw section of " + std::to_string(stored.size()) + " bytes, header says " +
+                       std::to_string(raw_len));
+      out->assign(stored.begin(), stored.end());
+      return Status::Ok();
+    case SectionCodec::kZstd: {
+      unsigned long long frame = ZSTD_getFrameContentSize(stored.data(), stored.size());
+      if (frame == ZSTD_CONTENTSIZE_ERROR) return Corrupt("zstd section is not a zstd frame");
+      if (frame != ZSTD_CONTENTSIZE_UNKNOWN && frame != raw_len)
+        return Corrupt("zstd section decodes to " + std::to_string(frame) + " bytes, header says " +
+                       std::to_string(raw_len));
+      out->resize(raw_len);
+      size_t n = ZSTD_decompress(out->data(), raw_len, stored.data(), stored.size());
+      if (ZSTD_isError(n)) return Corrupt(std::string("zstd section: ") + ZSTD_getErrorName(n));
+      if (n != raw_len)
+        return Corrupt("zstd section decodes to " + std::to_string(n) + " bytes, header says " +
+                       std::to_string(raw_len));
+      return Status::Ok();
+    }
+  }
+  return Corrupt("unknown section codec " + std::to_string(static_cast<int>(codec)));
+}
+
+}  // namespace dcr

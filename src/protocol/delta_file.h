@@ -1,0 +1,99 @@
+// The delta file: payloads back to back, then a JSON footer describing the transfer (catalog,
+// base and target digests, payload table) and a fixed 24-byte tail. Written in one streaming
+// pass, footer last, so payloads never wait for the whole diff. Layout: docs/format.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "base/status.h"
+#include "codec/chunk_codec.h"
+#include "format/checkpoint.h"
+#include "protocol/state_digest.h"
+
+namespace dcr {
+
+inline constexpr char kDeltaMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
+inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '1'};
+inline constexpr uint32_t kDeltaFormatVersion = 1;
+inline constexpr size_t kDeltaTailBytes = 24;  // u64 footer length, u64 xxh3-64 of footer, magic
+inline constexpr uint64_t kMaxDeltaFooterBytes = 1ull << 30;
+
+struct DeltaTensor {
+  CatalogEntry entry;
+  ValueKind kind = ValueKind::kXor;
+  Digest128 base_digest, target_digest;
+};
+
+struct PayloadEntry {
+  uint64_t offset = 0, length = 0;  // byte range in the file
+  uint32_t tensor = 0;              // index into DeltaHeader::tensors
+  uint64_t start = 0, count = 0, changed = 0;
+};
+
+struct DeltaHeader {
+  uint32_t format_version = kDeltaFormatVersion;
+  uint64_t transfer_id = 0;
+  std::vector<DeltaTensor> tensors;  // sorted by name: the catalog
+  Digest128 base_digest, target_digest;
+  std::vector<PayloadEntry> payloads;  // ascending (tensor, start), ranges disjoint
+
+  Catalog catalog() const;
+  uint64_t changed_elements() const;
+  uint64_t total_elements() const;
+};
+
+// The default transfer id of an offline delta: xxh3-64 of the base checkpoint digest. Payload
+// headers carry the id and are final before the target digest is known, so it cannot depend
+// on the target; live transfers get theirs from the coordinator instead.
+uint64_t DefaultTransferId(const Digest128& base);
+
+// Streams a delta file: Begin, Append payloads in table order, Finish. The file appears at
+// `path` (atomically, fsynced) only when Finish succeeds; on failure or destruction without
+// Finish the temporary file is removed.
+class DeltaWriter {
+ public:
+  static Result<DeltaWriter> Create(const std::string& path);
+  DeltaWriter(DeltaWriter&&) noexcept;
+  DeltaWriter& operator=(DeltaWriter&&) = delete;
+  ~DeltaWriter();
+
+  // Appends one payload; fills entry.offset/length.
+  Status Append(std::span<const uint8_t> payload, PayloadEntry entry);
+  // Writes the footer from `header` (its payload table is replaced by the appended entries).
+  Status Finish(DeltaHeader header);
+  uint64_t bytes_written() const { return offset_; }
+
+ private:
+  DeltaWriter() = default;
+  Status Write(const void* data, size_t n);
+
+  std::string path_, tmp_path_;
+  int fd_ = -1;
+  uint64_t offset_ = 0;
+  std::vector<PayloadEntry> entries_;
+};
+
+// A mapped, validated delta file: the footer's checksum, JSON and payload table (ranges in
+// bounds, in order, disjoint, within their tensors) are verified by Open. Payload bytes are
+// verified when decoded.
+class DeltaReader {
+ public:
+  static Result<DeltaReader> Open(const std::string& path);
+  const DeltaHeader& header() const { return header_; }
+  std::span<const uint8_t> PayloadBytes(size_t i) const;
+  uint64_t file_size() const { return file_.size(); }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  DeltaHeader header_;
+};
+
+// Decodes payload i of `reader` and checks that it is the chunk its table entry says.
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedChunk* out);
+
+}  // namespace dcr

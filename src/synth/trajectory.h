@@ -1,0 +1,64 @@
+// Synthetic training trajectories: fp32 master weights of a small Llama-style model, updated by
+// an Adam-like optimizer on random gradients, published as BF16 snapshots (round to nearest
+// even) exactly as a mixed-precision trainer publishes them. Deterministic for a given seed.
+// Used by `dcr demo`, tests and benchmarks when real trajectories are not at hand.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "format/safetensors.h"
+
+namespace dcr {
+
+struct SynthModelConfig {
+  uint32_t layers = 2;
+  uint32_t hidden = 256;
+  uint32_t intermediate = 688;
+  uint32_t vocab = 2048;
+  uint32_t heads = 8;
+  uint32_t kv_heads = 2;
+};
+
+struct SynthTrajectoryOptions {
+  uint64_t seed = 1;
+  double learning_rate = 3e-6;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+};
+
+// IEEE binary32 -> bfloat16 with round-to-nearest-even; NaNs stay NaN (quiet).
+uint16_t Fp32ToBf16(float f);
+float Bf16ToFp32(uint16_t b);
+
+class SynthTrajectory {
+ public:
+  SynthTrajectory(const SynthModelConfig& model, const SynthTrajectoryOptions& options);
+
+  // One optimizer step on the fp32 master weights.
+  void Step();
+  int step() const { return step_; }
+  void set_learning_rate(double lr) { options_.learning_rate = lr; }
+  uint64_t num_parameters() const;
+  // The current BF16 snapshot, tensors sorted by name.
+  Status WriteSnapshot(const std::string& path) const;
+  // The current BF16 snapshot as a sharded checkpoint directory.
+  Status WriteShardedSnapshot(const std::string& dir, uint64_t max_shard_bytes) const;
+
+ private:
+  struct Param {
+    std::string name;
+    std::vector<uint64_t> shape;
+    std::vector<float> w, m, v;
+  };
+  std::vector<TensorToWrite> Snapshot(std::vector<std::vector<uint16_t>>* storage) const;
+
+  SynthTrajectoryOptions options_;
+  std::vector<Param> params_;
+  std::mt19937_64 rng_;
+  int step_ = 0;
+};
+
+}  // namespace dcr
