@@ -153,8 +153,20 @@ int InspectDelta(const std::string& path, bool json) {
   auto r = DeltaReader::Open(path);
   if (!r.ok()) return ReportError("inspect", r.status());
   const DeltaHeader& h = r->header();
+  // Decoding every payload also verifies it (checksums, structure, catalog ranges).
   std::map<uint32_t, uint64_t> changed_per_tensor;
-  for (const auto& p : h.payloads) changed_per_tensor[p.tensor] += p.changed;
+  std::map<uint32_t, ValueKind> kind_per_tensor;
+  uint64_t segments = 0;
+  for (size_t i = 0; i < h.payloads.size(); ++i) {
+    DecodedPayload payload;
+    Status s = DecodeTablePayload(*r, i, &payload);
+    if (!s.ok()) return ReportError("inspect", s);
+    for (const auto& seg : payload.segments) {
+      changed_per_tensor[seg.spec.tensor_index] += seg.changes.size();
+      kind_per_tensor[seg.spec.tensor_index] = seg.spec.kind;
+      ++segments;
+    }
+  }
   const uint64_t changed = h.changed_elements(), total = h.total_elements();
   if (json) {
     Json tensors = Json::array();
@@ -162,19 +174,21 @@ int InspectDelta(const std::string& path, bool json) {
       const auto& t = h.tensors[i];
       tensors.push_back({{"name", t.entry.name}, {"dtype", std::string(DTypeName(t.entry.dtype))},
                          {"shape", t.entry.shape}, {"changed_elements", changed_per_tensor[static_cast<uint32_t>(i)]},
-                         {"value_kind", t.kind == ValueKind::kXor ? "xor" : "overwrite"}});
+                         {"value_kind", !kind_per_tensor.count(static_cast<uint32_t>(i)) ? "none"
+                                        : kind_per_tensor[static_cast<uint32_t>(i)] == ValueKind::kXor ? "xor" : "overwrite"}});
     }
     PrintJson({{"kind", "delta"}, {"format_version", h.format_version}, {"payload_format_version", kPayloadFormatVersion},
                {"transfer_id", h.transfer_id}, {"base_digest", h.base_digest.ToHex()},
-               {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()},
+               {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()}, {"segments", segments},
                {"changed_elements", changed}, {"total_elements", total}, {"wire_bytes", r->file_size()},
                {"tensors", tensors}});
     return kExitOk;
   }
   std::printf("dcr delta (format %u, payload format %u)\n", h.format_version, kPayloadFormatVersion);
   std::printf("  base   %s\n  target %s\n", h.base_digest.ToHex().c_str(), h.target_digest.ToHex().c_str());
-  std::printf("  %zu payloads, %s; %llu of %llu elements changed (%.4f%%)\n", h.payloads.size(),
-              HumanBytes(static_cast<double>(r->file_size())).c_str(), static_cast<unsigned long long>(changed),
+  std::printf("  %zu payloads (%llu segments), %s; %llu of %llu elements changed (%.4f%%)\n", h.payloads.size(),
+              static_cast<unsigned long long>(segments), HumanBytes(static_cast<double>(r->file_size())).c_str(),
+              static_cast<unsigned long long>(changed),
               static_cast<unsigned long long>(total), total ? 100.0 * static_cast<double>(changed) / static_cast<double>(total) : 0.0);
   for (size_t i = 0; i < h.tensors.size(); ++i) {
     const auto& t = h.tensors[i];

@@ -109,8 +109,8 @@ void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int bl
   }
 }
 
-Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,
-                       uint64_t expected, std::vector<uint32_t>* positions) {
+Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                             std::vector<uint32_t>* positions, size_t* consumed) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
   positions->clear();
   positions->reserve(expected);
@@ -186,7 +186,15 @@ Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_lo
   if (positions->size() != expected)
     return Corrupt("location code holds " + std::to_string(positions->size()) + " changes, payload declares " +
                    std::to_string(expected));
-  if (r.remaining() != 0) return Corrupt(std::to_string(r.remaining()) + " trailing bytes after the location code");
+  *consumed = r.pos();
+  return Status::Ok();
+}
+
+Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                       std::vector<uint32_t>* positions) {
+  size_t used = 0;
+  DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(in, count, block_log2, expected, positions, &used));
+  if (used != in.size()) return Corrupt(std::to_string(in.size() - used) + " trailing bytes after the location code");
   return Status::Ok();
 }
 

@@ -24,4 +24,8 @@ void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int bl
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,
                        uint64_t expected, std::vector<uint32_t>* positions);
 
+// As DecodeLocations, for a code at the front of `in`; *consumed = its length in bytes.
+Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                             std::vector<uint32_t>* positions, size_t* consumed);
+
 }  // namespace dcr

@@ -30,43 +30,57 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   stats.base_check_seconds = Since(t0);
   if (have.total != h.base_digest) {
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (have.tensors[i] != h.tensors[i].base_digest)
+      if (DigestTag(have.tensors[i]) != h.tensors[i].base_tag)
         return WrongBase(target.path() + ": tensor '" + tensors[i].name() +
-                         "' does not hold the delta's base bits (digest " + have.tensors[i].ToHex() + ", base " +
-                         h.tensors[i].base_digest.ToHex() + "); nothing was written");
-    return WrongBase(target.path() + ": checkpoint digest differs from the delta's base; nothing was written");
+                         "' does not hold the delta's base bits; nothing was written");
+    return WrongBase(target.path() + ": checkpoint digest " + have.total.ToHex() + " is not the delta's base " +
+                     h.base_digest.ToHex() + "; nothing was written");
   }
 
   // (3)+(4) Decode every payload and fold its changes into the digest, still read-only.
   auto t1 = Clock::now();
-  std::vector<Digest128> deltas(h.payloads.size());
-  DCR_RETURN_IF_ERROR(ParallelFor(h.payloads.size(), threads, [&](size_t i) {
-    DecodedChunk chunk;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &chunk));
-    const TensorRef& t = tensors[chunk.spec.tensor_index];
-    const uint64_t key = TensorKey(t.name());
-    Digest128 d;
-    ForEachChange(chunk, t.bytes, [&](uint64_t idx, uint64_t old_bits, uint64_t new_bits) {
-      DigestUpdate(&d, key, idx, old_bits, new_bits);
-    });
-    deltas[i] = d;
+  const size_t np = h.payloads.size();
+  std::vector<std::vector<std::pair<uint32_t, Digest128>>> deltas(np);
+  std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);  // first and last segment
+  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+    DecodedPayload payload;
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload));
+    for (const DecodedSegment& seg : payload.segments) {
+      const TensorRef& t = tensors[seg.spec.tensor_index];
+      const uint64_t key = TensorKey(t.name());
+      Digest128 d;
+      ForEachChange(seg, t.bytes, [&](uint64_t idx, uint64_t old_bits, uint64_t new_bits) {
+        DigestUpdate(&d, key, idx, old_bits, new_bits);
+      });
+      deltas[i].emplace_back(seg.spec.tensor_index, d);
+    }
+    ends[i] = {payload.segments.front().spec, payload.segments.back().spec};
     return Status::Ok();
   }));
+  // Segments are disjoint across payloads too, so no element is written twice.
+  for (size_t i = 1; i < np; ++i)
+    DCR_RETURN_IF_ERROR(CheckSegmentOrder(ends[i - 1].second, ends[i].first, i).WithContext(delta.path()));
   std::vector<Digest128> expect(have.tensors);
-  for (size_t i = 0; i < h.payloads.size(); ++i) expect[h.payloads[i].tensor] += deltas[i];
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (expect[i] != h.tensors[i].target_digest)
-      return Corrupt(delta.path() + ": changes for tensor '" + tensors[i].name() +
-                     "' do not produce the recorded target digest; nothing was written");
+  for (const auto& per_payload : deltas)
+    for (const auto& [t, d] : per_payload) expect[t] += d;
+  if (CombineDigests(target.catalog(), expect) != h.target_digest) {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (DigestTag(expect[i]) != h.tensors[i].target_tag)
+        return Corrupt(delta.path() + ": changes for tensor '" + tensors[i].name() +
+                       "' do not produce the recorded target digest; nothing was written");
+    return Corrupt(delta.path() + ": changes do not produce the recorded target digest; nothing was written");
+  }
   stats.verify_seconds = Since(t1);
   if (options.progress) options.progress(0, stats.wire_bytes);
 
-  // Every check has passed: write. Chunks are disjoint, so payloads apply in parallel.
+  // Every check has passed: write. Segments are disjoint, so payloads apply in parallel.
   auto t2 = Clock::now();
-  DCR_RETURN_IF_ERROR(ParallelFor(h.payloads.size(), threads, [&](size_t i) {
-    DecodedChunk chunk;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &chunk));
-    return ApplyChunk(chunk, tensors[chunk.spec.tensor_index].mutable_bytes);
+  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+    DecodedPayload payload;
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload));
+    for (const DecodedSegment& seg : payload.segments)
+      DCR_RETURN_IF_ERROR(ApplySegment(seg, tensors[seg.spec.tensor_index].mutable_bytes));
+    return Status::Ok();
   }));
   DCR_RETURN_IF_ERROR(target.Sync());
   stats.apply_seconds = Since(t2);

@@ -13,15 +13,37 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-struct Chunk {
+struct PlannedSegment {
   uint32_t tensor;
   uint64_t start, count;
 };
 
-struct ChunkResult {
-  std::vector<uint8_t> payload;
+// Covers every element of every tensor exactly once, in (tensor, start) order, with payloads of
+// at most `capacity` dense bytes: small tensors share a payload, large ones are split.
+std::vector<std::vector<PlannedSegment>> PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity) {
+  std::vector<std::vector<PlannedSegment>> plan(1);
+  uint64_t fill = 0;
+  for (uint32_t t = 0; t < tensors.size(); ++t) {
+    const uint64_t n = tensors[t].num_elements(), w = DTypeWidth(tensors[t].dtype());
+    for (uint64_t s = 0; s < n;) {
+      if (capacity - fill < w) {
+        plan.emplace_back();
+        fill = 0;
+      }
+      uint64_t take = std::min({n - s, (capacity - fill) / w, kMaxSegmentElements});
+      plan.back().push_back({t, s, take});
+      fill += take * w;
+      s += take;
+    }
+  }
+  if (plan.back().empty()) plan.pop_back();
+  return plan;
+}
+
+struct PayloadResult {
+  std::vector<uint8_t> bytes;  // empty when nothing changed
   uint64_t changed = 0;
-  Digest128 digest_delta;  // target digest minus base digest over this chunk
+  std::vector<std::pair<uint32_t, Digest128>> digest_deltas;  // per touched tensor
 };
 
 }  // namespace
@@ -41,61 +63,61 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   CheckpointDigest base_digest = DigestCheckpoint(base, threads);
   stats.digest_seconds = Since(t0);
 
-  std::vector<Chunk> chunks;
-  for (uint32_t t = 0; t < bt.size(); ++t) {
-    uint32_t w = DTypeWidth(bt[t].dtype());
-    uint64_t per = std::clamp<uint64_t>(options.chunk_bytes / w, 64, UINT32_MAX);
-    for (uint64_t s = 0; s < bt[t].num_elements(); s += per)
-      chunks.push_back({t, s, std::min(per, bt[t].num_elements() - s)});
-  }
-  if (chunks.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 chunks; raise the chunk size");
+  const auto plan = PlanPayloads(bt, std::max<uint64_t>(options.chunk_bytes, 8));
+  if (plan.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 payloads; raise the chunk size");
 
   const uint64_t transfer_id = options.transfer_id != 0 ? options.transfer_id : DefaultTransferId(base_digest.total);
   DCR_ASSIGN_OR_RETURN(DeltaWriter writer, DeltaWriter::Create(out_path));
   std::vector<Digest128> target(base_digest.tensors);
-  // Chunks are processed in waves; each wave's payloads are held in memory, then written in
-  // order. A wave's results depend only on its chunks, never on which thread ran them.
+  // Payloads are encoded in waves, held in memory, then written in plan order: the file does not
+  // depend on which thread encoded what.
   const size_t wave = static_cast<size_t>(threads) * 2;
-  std::vector<ChunkResult> results(wave);
-  uint64_t payloads = 0;
-  uint64_t done_bytes = 0;
-  for (size_t first = 0; first < chunks.size(); first += wave) {
-    const size_t n = std::min(wave, chunks.size() - first);
+  std::vector<PayloadResult> results(wave);
+  uint64_t payloads = 0, done_bytes = 0;
+  for (size_t first = 0; first < plan.size(); first += wave) {
+    const size_t n = std::min(wave, plan.size() - first);
     auto te = Clock::now();
     DCR_RETURN_IF_ERROR(ParallelFor(n, threads, [&](size_t i) {
-      const Chunk& c = chunks[first + i];
-      const TensorRef& b = bt[c.tensor];
-      const TensorRef& x = nt[c.tensor];
-      const uint32_t w = DTypeWidth(b.dtype());
-      ChunkResult& r = results[i];
-      r.payload.clear();
-      r.digest_delta = {};
-      EncodeScratch local;
-      // A payload's sequence number is its chunk's ordinal in the plan (unchanged chunks leave
-      // gaps), so it is known before encoding and independent of scheduling.
-      ChunkSpec spec{{transfer_id, 0, static_cast<uint32_t>(first + i)}, c.tensor, b.dtype(), c.start, c.count, options.kind};
-      r.changed = EncodeChunk(spec, b.bytes.subspan(c.start * w, c.count * w), x.bytes.subspan(c.start * w, c.count * w),
-                              options.encode, &local, &r.payload);
-      const uint64_t key = TensorKey(b.name());
-      const uint8_t* nb = x.bytes.data();
-      for (size_t k = 0; k < local.changes.size(); ++k) {
-        uint64_t idx = c.start + local.changes.positions[k];
-        uint64_t old_bits = 0, new_bits = 0;
-        std::memcpy(&old_bits, b.bytes.data() + idx * w, w);
-        std::memcpy(&new_bits, nb + idx * w, w);
-        DigestUpdate(&r.digest_delta, key, idx, old_bits, new_bits);
+      PayloadResult& r = results[i];
+      r.bytes.clear();
+      r.changed = 0;
+      r.digest_deltas.clear();
+      PayloadBuilder builder(options.encode);
+      for (const PlannedSegment& seg : plan[first + i]) {
+        const TensorRef& b = bt[seg.tensor];
+        const TensorRef& x = nt[seg.tensor];
+        const uint32_t w = DTypeWidth(b.dtype());
+        SegmentSpec spec{seg.tensor, b.dtype(), options.kind, seg.start, seg.count};
+        if (builder.AddDiff(spec, b.bytes.subspan(seg.start * w, seg.count * w),
+                            x.bytes.subspan(seg.start * w, seg.count * w)) == 0)
+          continue;
+        // Target digest = base digest + the changes: O(changed elements).
+        const ChangeSet& changes = builder.last_changes();
+        const uint64_t key = TensorKey(b.name());
+        Digest128 d;
+        for (size_t k = 0; k < changes.size(); ++k) {
+          const uint64_t idx = seg.start + changes.positions[k];
+          uint64_t old_bits = 0, new_bits = 0;
+          std::memcpy(&old_bits, b.bytes.data() + idx * w, w);
+          std::memcpy(&new_bits, x.bytes.data() + idx * w, w);
+          DigestUpdate(&d, key, idx, old_bits, new_bits);
+        }
+        r.digest_deltas.emplace_back(seg.tensor, d);
       }
+      r.changed = builder.changed();
+      // A payload's sequence is its ordinal in the plan (gaps where nothing changed), so it is
+      // known before encoding and independent of scheduling.
+      if (builder.segments() > 0) builder.Finish({transfer_id, 0, static_cast<uint32_t>(first + i)}, &r.bytes);
       return Status::Ok();
     }));
     stats.encode_seconds += Since(te);
     auto tw = Clock::now();
     for (size_t i = 0; i < n; ++i) {
-      const Chunk& c = chunks[first + i];
-      ChunkResult& r = results[i];
-      done_bytes += c.count * DTypeWidth(bt[c.tensor].dtype());
+      const PayloadResult& r = results[i];
+      for (const auto& seg : plan[first + i]) done_bytes += seg.count * DTypeWidth(bt[seg.tensor].dtype());
       if (r.changed == 0) continue;
-      DCR_RETURN_IF_ERROR(writer.Append(r.payload, {0, 0, c.tensor, c.start, c.count, r.changed}));
-      target[c.tensor] += r.digest_delta;
+      DCR_RETURN_IF_ERROR(writer.Append(r.bytes, {0, 0, static_cast<uint32_t>(first + i), r.changed}));
+      for (const auto& [t, d] : r.digest_deltas) target[t] += d;
       stats.changed_elements += r.changed;
       ++payloads;
     }
@@ -108,7 +130,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   header.transfer_id = transfer_id;
   const Catalog catalog = base.catalog();
   for (size_t t = 0; t < bt.size(); ++t)
-    header.tensors.push_back({catalog[t], options.kind, base_digest.tensors[t], target[t]});
+    header.tensors.push_back({catalog[t], DigestTag(base_digest.tensors[t]), DigestTag(target[t])});
   header.base_digest = base_digest.total;
   header.target_digest = CombineDigests(catalog, target);
   auto tw = Clock::now();

@@ -1,6 +1,7 @@
-// Offline diff: two checkpoints with equal catalogs -> a delta file. Each tensor is cut into
-// chunks of bounded dense size; chunks are diffed and encoded in parallel and written in
-// (tensor, start) order, so the file is byte-identical for every thread count.
+// Offline diff: two checkpoints with equal catalogs -> a delta file. The tensors, in catalog
+// order, are cut into payloads of bounded dense size (small tensors share one, large ones are
+// split); payloads are diffed and encoded in parallel and written in plan order, so the file is
+// byte-identical for every thread count.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "codec/chunk_codec.h"
+#include "codec/payload_codec.h"
 #include "format/checkpoint.h"
 #include "protocol/state_digest.h"
 
@@ -17,7 +18,7 @@ namespace dcr {
 // Called from the calling thread as work completes: (bytes done, bytes total).
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
-inline constexpr uint64_t kDefaultChunkBytes = 64ull << 20;
+inline constexpr uint64_t kDefaultChunkBytes = 32ull << 20;
 
 struct DiffOptions {
   int threads = 0;  // 0 = all hardware threads

@@ -3,19 +3,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "codec/bit_stream.h"
+#include "codec/section_coding.h"
 
 namespace dcr {
 namespace {
 
 using Json = nlohmann::json;
 
-const char* KindName(ValueKind k) { return k == ValueKind::kXor ? "xor" : "overwrite"; }
+constexpr int kFooterZstdLevel = 19;
 
 std::string Hex64(uint64_t v) {
   char buf[17];
@@ -29,12 +31,11 @@ Json HeaderToJson(const DeltaHeader& h) {
     tensors.push_back({{"name", t.entry.name},
                        {"dtype", std::string(DTypeName(t.entry.dtype))},
                        {"shape", t.entry.shape},
-                       {"value_kind", KindName(t.kind)},
-                       {"base_digest", t.base_digest.ToHex()},
-                       {"target_digest", t.target_digest.ToHex()}});
+                       {"base_tag", t.base_tag},
+                       {"target_tag", t.target_tag}});
   Json payloads = Json::array();
   for (const auto& p : h.payloads)
-    payloads.push_back(Json::array({p.offset, p.length, p.tensor, p.start, p.count, p.changed}));
+    payloads.push_back(Json::array({p.offset, p.length, p.sequence, p.changed}));
   return {{"format", "dcr-delta"},
           {"version", h.format_version},
           {"transfer_id", Hex64(h.transfer_id)},
@@ -58,6 +59,13 @@ struct Fields {
     DCR_RETURN_IF_ERROR(Get(key, &v));
     if (!v->is_string()) return Corrupt(where + ": \"" + key + "\" is not a string");
     *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  Status Tag(const char* key, uint32_t* out) const {
+    const Json* v;
+    DCR_RETURN_IF_ERROR(Get(key, &v));
+    if (!v->is_number_unsigned() || v->get<uint64_t>() > UINT32_MAX) return Corrupt(where + ": \"" + key + "\" is not a u32");
+    *out = static_cast<uint32_t>(v->get<uint64_t>());
     return Status::Ok();
   }
   Status Digest(const char* key, Digest128* out) const {
@@ -92,7 +100,7 @@ Status ParseHeader(const Json& j, DeltaHeader* h) {
   for (size_t i = 0; i < tensors->size(); ++i) {
     Fields tf{(*tensors)[i], "delta footer: tensors[" + std::to_string(i) + "]"};
     DeltaTensor t;
-    std::string dtype, kind;
+    std::string dtype;
     DCR_RETURN_IF_ERROR(tf.Str("name", &t.entry.name));
     DCR_RETURN_IF_ERROR(tf.Str("dtype", &dtype));
     auto dt = ParseDType(dtype);
@@ -106,11 +114,8 @@ Status ParseHeader(const Json& j, DeltaHeader* h) {
       t.entry.shape.push_back(d.get<uint64_t>());
     }
     if (!ShapeElements(t.entry.shape)) return Corrupt(tf.where + ": shape overflows");
-    DCR_RETURN_IF_ERROR(tf.Str("value_kind", &kind));
-    if (kind != "xor" && kind != "overwrite") return Corrupt(tf.where + ": value_kind \"" + kind + "\"");
-    t.kind = kind == "xor" ? ValueKind::kXor : ValueKind::kOverwrite;
-    DCR_RETURN_IF_ERROR(tf.Digest("base_digest", &t.base_digest));
-    DCR_RETURN_IF_ERROR(tf.Digest("target_digest", &t.target_digest));
+    DCR_RETURN_IF_ERROR(tf.Tag("base_tag", &t.base_tag));
+    DCR_RETURN_IF_ERROR(tf.Tag("target_tag", &t.target_tag));
     if (!h->tensors.empty() && !(h->tensors.back().entry.name < t.entry.name))
       return Corrupt(tf.where + ": tensors are not sorted by name");
     h->tensors.push_back(std::move(t));
@@ -121,16 +126,16 @@ Status ParseHeader(const Json& j, DeltaHeader* h) {
   if (!payloads->is_array()) return Corrupt("delta footer: payloads is not an array");
   for (size_t i = 0; i < payloads->size(); ++i) {
     const Json& row = (*payloads)[i];
-    if (!row.is_array() || row.size() != 6)
-      return Corrupt("delta footer: payloads[" + std::to_string(i) + "] is not a 6-element array");
-    uint64_t vals[6];
-    for (size_t k = 0; k < 6; ++k) {
+    if (!row.is_array() || row.size() != 4)
+      return Corrupt("delta footer: payloads[" + std::to_string(i) + "] is not a 4-element array");
+    uint64_t vals[4];
+    for (size_t k = 0; k < 4; ++k) {
       if (!row[k].is_number_unsigned())
         return Corrupt("delta footer: payloads[" + std::to_string(i) + "] holds a non-integer");
       vals[k] = row[k].get<uint64_t>();
     }
-    if (vals[2] > UINT32_MAX) return Corrupt("delta footer: payloads[" + std::to_string(i) + "] tensor index");
-    h->payloads.push_back({vals[0], vals[1], static_cast<uint32_t>(vals[2]), vals[3], vals[4], vals[5]});
+    if (vals[2] > UINT32_MAX) return Corrupt("delta footer: payloads[" + std::to_string(i) + "] sequence");
+    h->payloads.push_back({vals[0], vals[1], static_cast<uint32_t>(vals[2]), vals[3]});
   }
   return Status::Ok();
 }
@@ -144,27 +149,12 @@ Status ValidateTable(const DeltaHeader& h, uint64_t payload_region_end) {
     if (p.offset != expect_offset) return Corrupt(where + ": offset " + std::to_string(p.offset) + ", expected " + std::to_string(expect_offset));
     if (p.length > payload_region_end - p.offset) return Corrupt(where + ": extends past the payload region");
     expect_offset = p.offset + p.length;
-    if (p.tensor >= h.tensors.size()) return Corrupt(where + ": tensor index " + std::to_string(p.tensor) + " out of range");
-    const DeltaTensor& t = h.tensors[p.tensor];
-    uint64_t n = *ShapeElements(t.entry.shape);
-    if (p.count == 0 || p.start > n || p.count > n - p.start)
-      return Corrupt(where + ": range [" + std::to_string(p.start) + ", +" + std::to_string(p.count) +
-                     ") outside tensor '" + t.entry.name + "' of " + std::to_string(n) + " elements");
-    if (p.changed == 0 || p.changed > p.count) return Corrupt(where + ": change count " + std::to_string(p.changed));
-    if (i > 0) {
-      const PayloadEntry& q = h.payloads[i - 1];
-      if (q.tensor > p.tensor || (q.tensor == p.tensor && q.start + q.count > p.start))
-        return Corrupt(where + ": chunks out of order or overlapping in tensor '" + t.entry.name + "'");
-    }
+    if (p.changed == 0) return Corrupt(where + ": change count 0");
+    if (i > 0 && p.sequence <= h.payloads[i - 1].sequence) return Corrupt(where + ": sequence numbers not ascending");
   }
   if (expect_offset != payload_region_end)
     return Corrupt("delta file: " + std::to_string(payload_region_end - expect_offset) +
                    " bytes between the last payload and the footer");
-  std::vector<Digest128> base, target;
-  for (const auto& t : h.tensors) base.push_back(t.base_digest), target.push_back(t.target_digest);
-  Catalog cat = h.catalog();
-  if (CombineDigests(cat, base) != h.base_digest) return Corrupt("delta footer: base digest disagrees with its tensors");
-  if (CombineDigests(cat, target) != h.target_digest) return Corrupt("delta footer: target digest disagrees with its tensors");
   return Status::Ok();
 }
 
@@ -239,9 +229,15 @@ Status DeltaWriter::Append(std::span<const uint8_t> payload, PayloadEntry entry)
 
 Status DeltaWriter::Finish(DeltaHeader header) {
   header.payloads = std::move(entries_);
-  std::string footer = HeaderToJson(header).dump();
+  std::string json = HeaderToJson(header).dump();
+  std::vector<uint8_t> footer;
+  footer.resize(ZSTD_compressBound(json.size()));
+  size_t n = ZSTD_compress(footer.data(), footer.size(), json.data(), json.size(), kFooterZstdLevel);
+  if (ZSTD_isError(n)) return Internal(std::string("zstd footer: ") + ZSTD_getErrorName(n));
+  footer.resize(n);
   std::vector<uint8_t> tail;
   PutLe(tail, footer.size(), 8);
+  PutLe(tail, json.size(), 8);
   PutLe(tail, XXH3_64bits(footer.data(), footer.size()), 8);
   tail.insert(tail.end(), kDeltaTailMagic, kDeltaTailMagic + sizeof(kDeltaTailMagic));
   DCR_RETURN_IF_ERROR(Write(footer.data(), footer.size()));
@@ -266,15 +262,19 @@ Result<DeltaReader> DeltaReader::Open(const std::string& path) {
   if (b.size() < sizeof(kDeltaMagic) + kDeltaTailBytes) return fail(Corrupt("too short to be a dcr delta file (truncated?)"));
   if (std::memcmp(b.data(), kDeltaMagic, sizeof(kDeltaMagic)) != 0) return fail(Corrupt("not a dcr delta file (bad magic)"));
   const uint8_t* tail = b.data() + b.size() - kDeltaTailBytes;
-  if (std::memcmp(tail + 16, kDeltaTailMagic, sizeof(kDeltaTailMagic)) != 0)
+  if (std::memcmp(tail + 24, kDeltaTailMagic, sizeof(kDeltaTailMagic)) != 0)
     return fail(Corrupt("end marker missing (truncated or not a dcr delta file)"));
-  uint64_t footer_len = LoadLe(tail, 8);
-  if (footer_len > kMaxDeltaFooterBytes || footer_len > b.size() - sizeof(kDeltaMagic) - kDeltaTailBytes)
+  const uint64_t footer_len = LoadLe(tail, 8), json_len = LoadLe(tail + 8, 8);
+  if (footer_len > b.size() - sizeof(kDeltaMagic) - kDeltaTailBytes)
     return fail(Corrupt("footer length " + std::to_string(footer_len) + " does not fit the file"));
+  if (json_len > kMaxDeltaFooterBytes) return fail(Corrupt("footer of " + std::to_string(json_len) + " bytes exceeds the limit"));
   const uint64_t footer_at = b.size() - kDeltaTailBytes - footer_len;
-  const uint8_t* footer = b.data() + footer_at;
-  if (XXH3_64bits(footer, footer_len) != LoadLe(tail + 8, 8)) return fail(Corrupt("footer checksum mismatch"));
-  Json j = Json::parse(footer, footer + footer_len, nullptr, false);
+  auto footer = b.subspan(footer_at, footer_len);
+  if (XXH3_64bits(footer.data(), footer.size()) != LoadLe(tail + 16, 8)) return fail(Corrupt("footer checksum mismatch"));
+  std::vector<uint8_t> json;
+  Status ds = DecompressSection(SectionCodec::kZstd, footer, json_len, &json);
+  if (!ds.ok()) return fail(ds.WithContext("footer"));
+  Json j = Json::parse(json.begin(), json.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail(Corrupt("footer is not a JSON object"));
   Status s = ParseHeader(j, &r.header_);
   if (s.ok()) s = ValidateTable(r.header_, footer_at);
@@ -287,17 +287,34 @@ std::span<const uint8_t> DeltaReader::PayloadBytes(size_t i) const {
   return file_.bytes().subspan(p.offset, p.length);
 }
 
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedChunk* out) {
-  const PayloadEntry& e = reader.header().payloads[i];
-  const DeltaTensor& t = reader.header().tensors[e.tensor];
-  std::string where = reader.path() + ": payload " + std::to_string(i) + " (tensor '" + t.entry.name +
-                      "', elements [" + std::to_string(e.start) + ", " + std::to_string(e.start + e.count) + "))";
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out) {
+  const DeltaHeader& h = reader.header();
+  const PayloadEntry& e = h.payloads[i];
+  const std::string where = reader.path() + ": payload " + std::to_string(i) + " (bytes " + std::to_string(e.offset) +
+                            ".." + std::to_string(e.offset + e.length) + ")";
   Status s = DecodePayload(reader.PayloadBytes(i), out);
   if (!s.ok()) return s.WithContext(where);
-  const ChunkSpec& c = out->spec;
-  if (c.tensor_index != e.tensor || c.start != e.start || c.count != e.count || out->changes.size() != e.changed ||
-      c.dtype != t.entry.dtype || c.kind != t.kind || c.identity.transfer_id != reader.header().transfer_id)
-    return Corrupt(where + ": payload header disagrees with the delta's payload table");
+  if (out->identity.transfer_id != h.transfer_id || out->identity.sequence != e.sequence || out->changed() != e.changed)
+    return Corrupt(where + ": payload identity or change count disagrees with the delta's payload table");
+  for (const DecodedSegment& seg : out->segments) {
+    const SegmentSpec& sp = seg.spec;
+    if (sp.tensor_index >= h.tensors.size())
+      return Corrupt(where + ": tensor index " + std::to_string(sp.tensor_index) + " out of range");
+    const CatalogEntry& t = h.tensors[sp.tensor_index].entry;
+    const std::string range = "elements [" + std::to_string(sp.start) + ", " + std::to_string(sp.start + sp.count) + ")";
+    if (sp.dtype != t.dtype)
+      return Corrupt(where + ": tensor '" + t.name + "' " + range + " coded as " + std::string(DTypeName(sp.dtype)) +
+                     ", catalog says " + std::string(DTypeName(t.dtype)));
+    if (!SegmentFits(seg, *ShapeElements(t.shape) * DTypeWidth(t.dtype)))
+      return Corrupt(where + ": " + range + " lie outside tensor '" + t.name + "' of " +
+                     std::to_string(*ShapeElements(t.shape)) + " elements");
+  }
+  return Status::Ok();
+}
+
+Status CheckSegmentOrder(const SegmentSpec& prev, const SegmentSpec& next, size_t payload) {
+  if (next.tensor_index < prev.tensor_index || (next.tensor_index == prev.tensor_index && next.start < prev.start + prev.count))
+    return Corrupt("payload " + std::to_string(payload) + " overlaps or precedes the segments of the payload before it");
   return Status::Ok();
 }
 

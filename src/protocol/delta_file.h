@@ -1,6 +1,7 @@
-// The delta file: payloads back to back, then a JSON footer describing the transfer (catalog,
-// base and target digests, payload table) and a fixed 24-byte tail. Written in one streaming
-// pass, footer last, so payloads never wait for the whole diff. Layout: docs/format.md.
+// The delta file: payloads back to back, then a zstd-compressed JSON footer describing the
+// transfer (catalog, base and target digests, payload table) and a fixed 32-byte tail. Written
+// in one streaming pass, footer last, so payloads never wait for the whole diff.
+// Layout: docs/format.md §1.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "base/mapped_file.h"
 #include "base/status.h"
-#include "codec/chunk_codec.h"
+#include "codec/payload_codec.h"
 #include "format/checkpoint.h"
 #include "protocol/state_digest.h"
 
@@ -19,19 +20,25 @@ namespace dcr {
 inline constexpr char kDeltaMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
 inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '1'};
 inline constexpr uint32_t kDeltaFormatVersion = 1;
-inline constexpr size_t kDeltaTailBytes = 24;  // u64 footer length, u64 xxh3-64 of footer, magic
+// u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
+inline constexpr size_t kDeltaTailBytes = 32;
 inline constexpr uint64_t kMaxDeltaFooterBytes = 1ull << 30;
 
+// Per-tensor digests are recorded only as 32-bit tags (DigestTag): the 128-bit checkpoint
+// digests verify, the tags only name the tensor that failed. Full per-tensor digests would cost
+// 32 incompressible bytes per tensor on the wire.
 struct DeltaTensor {
   CatalogEntry entry;
-  ValueKind kind = ValueKind::kXor;
-  Digest128 base_digest, target_digest;
+  uint32_t base_tag = 0, target_tag = 0;
 };
+
+// The low 32 bits of a tensor digest.
+inline uint32_t DigestTag(const Digest128& d) { return static_cast<uint32_t>(d.lo); }
 
 struct PayloadEntry {
   uint64_t offset = 0, length = 0;  // byte range in the file
-  uint32_t tensor = 0;              // index into DeltaHeader::tensors
-  uint64_t start = 0, count = 0, changed = 0;
+  uint32_t sequence = 0;            // the payload's identity sequence
+  uint64_t changed = 0;             // changed elements it carries
 };
 
 struct DeltaHeader {
@@ -39,7 +46,7 @@ struct DeltaHeader {
   uint64_t transfer_id = 0;
   std::vector<DeltaTensor> tensors;  // sorted by name: the catalog
   Digest128 base_digest, target_digest;
-  std::vector<PayloadEntry> payloads;  // ascending (tensor, start), ranges disjoint
+  std::vector<PayloadEntry> payloads;  // in file order; sequences strictly ascending
 
   Catalog catalog() const;
   uint64_t changed_elements() const;
@@ -93,7 +100,12 @@ class DeltaReader {
   DeltaHeader header_;
 };
 
-// Decodes payload i of `reader` and checks that it is the chunk its table entry says.
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedChunk* out);
+// Decodes payload i of `reader` and checks it against its table entry and the catalog: identity,
+// change count, and every segment's tensor index, dtype and range.
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out);
+
+// Checks that the segments of consecutive payloads continue the strict (tensor, start) order:
+// `prev` is the last segment of payload i-1, `next` the first of payload i.
+Status CheckSegmentOrder(const SegmentSpec& prev, const SegmentSpec& next, size_t payload);
 
 }  // namespace dcr

@@ -1,0 +1,214 @@
+#include "codec/payload_codec.h"
+
+#include <xxhash.h>
+
+#include "codec/bit_stream.h"
+#include "codec/section_coding.h"
+#include "codec/value_coding.h"
+
+namespace dcr {
+namespace {
+
+// Header field offsets (docs/format.md §2).
+enum : size_t {
+  kOffMagic = 0, kOffVersion = 4, kOffMode = 6, kOffBlockLog2 = 7, kOffTransfer = 8, kOffProducer = 16,
+  kOffSequence = 20, kOffSegments = 24, kOffTableLen = 28, kOffLocCodec = 32, kOffValCodec = 33,
+  kOffReserved16 = 34, kOffReserved32 = 36, kOffLocRaw = 40, kOffLocStored = 48, kOffValRaw = 56,
+  kOffValStored = 64,
+};
+static_assert(kOffValStored + 8 == kPayloadHeaderBytes);
+
+// Upper bound of a valid location code for one segment: each block's count, method and Rice
+// parameter, plus at most a bitmap's worth of data (the encoder never picks a larger code).
+uint64_t MaxLocationBytes(uint64_t count, int block_log2) {
+  return ((count >> block_log2) + 1) * 12 + count / 8 + 8;
+}
+
+}  // namespace
+
+uint64_t DecodedPayload::changed() const {
+  uint64_t n = 0;
+  for (const auto& s : segments) n += s.changes.size();
+  return n;
+}
+
+uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base,
+                                 std::span<const uint8_t> next) {
+  DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_);
+  if (changes_.size() > 0) AddChanges(spec, changes_);
+  return changes_.size();
+}
+
+void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes) {
+  const uint32_t w = DTypeWidth(spec.dtype);
+  DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
+  DCR_CHECK(segments_ == 0 || spec.tensor_index > last_.tensor_index ||
+            (spec.tensor_index == last_.tensor_index && spec.start >= last_.start + last_.count));
+  table_.push_back(DTypeCode(spec.dtype));
+  table_.push_back(static_cast<uint8_t>(spec.kind));
+  PutVarint(table_, spec.tensor_index);
+  PutVarint(table_, spec.start);
+  PutVarint(table_, spec.count);
+  PutVarint(table_, changes.size());
+  EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
+  ToBytePlanes(changes.values, w, &val_raw_);
+  ++segments_;
+  changed_ += changes.size();
+  last_ = spec;
+}
+
+void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out) {
+  DCR_CHECK(segments_ > 0);
+  const size_t at = out->size();
+  out->resize(at + kPayloadHeaderBytes, 0);
+  out->insert(out->end(), table_.begin(), table_.end());
+  const size_t loc_at = out->size();
+  SectionCodec loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+  const size_t val_at = out->size();
+  SectionCodec val_codec = CompressSection(val_raw_, options_.zstd_level, out);
+
+  uint8_t* h = out->data() + at;
+  StoreLe(h + kOffMagic, kPayloadMagic, 4);
+  StoreLe(h + kOffVersion, kPayloadFormatVersion, 2);
+  h[kOffMode] = static_cast<uint8_t>(CodecMode::kPlain);
+  h[kOffBlockLog2] = static_cast<uint8_t>(options_.block_log2);
+  StoreLe(h + kOffTransfer, identity.transfer_id, 8);
+  StoreLe(h + kOffProducer, identity.producer_id, 4);
+  StoreLe(h + kOffSequence, identity.sequence, 4);
+  StoreLe(h + kOffSegments, segments_, 4);
+  StoreLe(h + kOffTableLen, table_.size(), 4);
+  h[kOffLocCodec] = static_cast<uint8_t>(loc_codec);
+  h[kOffValCodec] = static_cast<uint8_t>(val_codec);
+  StoreLe(h + kOffLocRaw, loc_raw_.size(), 8);
+  StoreLe(h + kOffLocStored, val_at - loc_at, 8);
+  StoreLe(h + kOffValRaw, val_raw_.size(), 8);
+  StoreLe(h + kOffValStored, out->size() - val_at, 8);
+  PutLe(*out, XXH3_64bits(out->data() + at, out->size() - at), 8);
+
+  table_.clear();
+  loc_raw_.clear();
+  val_raw_.clear();
+  segments_ = 0;
+  changed_ = 0;
+}
+
+Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> p) {
+  if (p.size() < kPayloadHeaderBytes + kPayloadTrailerBytes || LoadLe(p.data(), 4) != kPayloadMagic)
+    return Corrupt("not a dcr payload");
+  return PayloadIdentity{LoadLe(p.data() + kOffTransfer, 8), static_cast<uint32_t>(LoadLe(p.data() + kOffProducer, 4)),
+                         static_cast<uint32_t>(LoadLe(p.data() + kOffSequence, 4))};
+}
+
+Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out) {
+  if (p.size() < kPayloadHeaderBytes + kPayloadTrailerBytes)
+    return Corrupt("payload of " + std::to_string(p.size()) + " bytes is shorter than its header");
+  const uint8_t* h = p.data();
+  if (LoadLe(h + kOffMagic, 4) != kPayloadMagic) return Corrupt("payload magic mismatch");
+  if (XXH3_64bits(p.data(), p.size() - 8) != LoadLe(p.data() + p.size() - 8, 8)) return Corrupt("payload checksum mismatch");
+  const uint64_t version = LoadLe(h + kOffVersion, 2);
+  if (version != kPayloadFormatVersion)
+    return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +
+                       std::to_string(kPayloadFormatVersion) + ")");
+  if (h[kOffMode] != static_cast<uint8_t>(CodecMode::kPlain)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
+  const int block_log2 = h[kOffBlockLog2];
+  if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
+  if (h[kOffLocCodec] > 1 || h[kOffValCodec] > 1) return Corrupt("payload section codec unknown");
+  if (LoadLe(h + kOffReserved16, 2) != 0 || LoadLe(h + kOffReserved32, 4) != 0) return Corrupt("payload reserved field is not zero");
+  const uint64_t nseg = LoadLe(h + kOffSegments, 4), table_len = LoadLe(h + kOffTableLen, 4);
+  const uint64_t loc_raw = LoadLe(h + kOffLocRaw, 8), loc_stored = LoadLe(h + kOffLocStored, 8);
+  const uint64_t val_raw = LoadLe(h + kOffValRaw, 8), val_stored = LoadLe(h + kOffValStored, 8);
+  const uint64_t body = p.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
+  if (table_len > body || loc_stored > body - table_len || val_stored != body - table_len - loc_stored)
+    return Corrupt("payload section sizes disagree with the payload size");
+  if (nseg == 0 || nseg > table_len / 6) return Corrupt("payload segment count " + std::to_string(nseg));
+
+  // Segment table: every rule is checked before any section is decompressed, so the sizes it
+  // implies bound the memory decoding may use.
+  DecodedPayload& d = *out;
+  d.identity = {LoadLe(h + kOffTransfer, 8), static_cast<uint32_t>(LoadLe(h + kOffProducer, 4)),
+                static_cast<uint32_t>(LoadLe(h + kOffSequence, 4))};
+  d.mode = CodecMode::kPlain;
+  d.segments.resize(nseg);
+  ByteReader table(p.subspan(kPayloadHeaderBytes, table_len));
+  uint64_t loc_bound = 0, val_expect = 0;
+  std::vector<uint64_t> changed(nseg);
+  for (uint64_t i = 0; i < nseg; ++i) {
+    SegmentSpec& s = d.segments[i].spec;
+    const std::string where = "payload segment " + std::to_string(i);
+    uint8_t dtype = 0, kind = 0;
+    uint64_t tensor = 0;
+    if (!table.ReadByte(&dtype) || !table.ReadByte(&kind) || !table.ReadVarint(&tensor) || !table.ReadVarint(&s.start) ||
+        !table.ReadVarint(&s.count) || !table.ReadVarint(&changed[i]))
+      return Corrupt(where + ": truncated segment table");
+    auto dt = DTypeFromCode(dtype);
+    if (!dt) return Corrupt(where + ": dtype code " + std::to_string(dtype));
+    if (kind > static_cast<uint8_t>(ValueKind::kOverwrite)) return Corrupt(where + ": value kind " + std::to_string(kind));
+    if (tensor > UINT32_MAX) return Corrupt(where + ": tensor index " + std::to_string(tensor));
+    s.dtype = *dt;
+    s.kind = static_cast<ValueKind>(kind);
+    s.tensor_index = static_cast<uint32_t>(tensor);
+    if (s.count == 0 || s.count > kMaxSegmentElements) return Corrupt(where + ": element count " + std::to_string(s.count));
+    if (s.start > UINT64_MAX / 8 - s.count) return Corrupt(where + ": range overflows");
+    if (changed[i] == 0 || changed[i] > s.count)
+      return Corrupt(where + ": " + std::to_string(changed[i]) + " changes in " + std::to_string(s.count) + " elements");
+    if (i > 0) {
+      const SegmentSpec& q = d.segments[i - 1].spec;
+      if (s.tensor_index < q.tensor_index || (s.tensor_index == q.tensor_index && s.start < q.start + q.count))
+        return Corrupt(where + ": segments out of order or overlapping");
+    }
+    loc_bound += MaxLocationBytes(s.count, block_log2);
+    val_expect += changed[i] * DTypeWidth(s.dtype);
+  }
+  if (table.remaining() != 0) return Corrupt("payload segment table has trailing bytes");
+  if (val_raw != val_expect) return Corrupt("payload value section size disagrees with its segments");
+  if (loc_raw > loc_bound) return Corrupt("payload location section larger than its segments allow");
+
+  std::vector<uint8_t> loc, planes;
+  auto loc_bytes = p.subspan(kPayloadHeaderBytes + table_len, loc_stored);
+  auto val_bytes = p.subspan(kPayloadHeaderBytes + table_len + loc_stored, val_stored);
+  DCR_RETURN_IF_ERROR(DecompressSection(static_cast<SectionCodec>(h[kOffLocCodec]), loc_bytes, loc_raw, &loc)
+                          .WithContext("payload location section"));
+  DCR_RETURN_IF_ERROR(DecompressSection(static_cast<SectionCodec>(h[kOffValCodec]), val_bytes, val_raw, &planes)
+                          .WithContext("payload value section"));
+  std::span<const uint8_t> loc_rest(loc), val_rest(planes);
+  for (uint64_t i = 0; i < nseg; ++i) {
+    DecodedSegment& seg = d.segments[i];
+    const uint32_t w = DTypeWidth(seg.spec.dtype);
+    size_t used = 0;
+    DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(loc_rest, seg.spec.count, block_log2, changed[i], &seg.changes.positions, &used)
+                            .WithContext("payload segment " + std::to_string(i)));
+    loc_rest = loc_rest.subspan(used);
+    seg.changes.width = w;
+    FromBytePlanes(val_rest.first(changed[i] * w), w, &seg.changes.values);
+    val_rest = val_rest.subspan(changed[i] * w);
+  }
+  if (!loc_rest.empty()) return Corrupt("payload location section has " + std::to_string(loc_rest.size()) + " trailing bytes");
+  return Status::Ok();
+}
+
+bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {
+  const uint64_t w = DTypeWidth(seg.spec.dtype);
+  return tensor_bytes % w == 0 && seg.spec.start <= tensor_bytes / w && seg.spec.count <= tensor_bytes / w - seg.spec.start;
+}
+
+Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
+  if (!SegmentFits(seg, tensor.size()))
+    return Corrupt("segment [" + std::to_string(seg.spec.start) + ", +" + std::to_string(seg.spec.count) +
+                   ") lies outside a tensor of " + std::to_string(tensor.size()) + " bytes");
+  const uint32_t w = seg.changes.width;
+  uint8_t* base = tensor.data() + seg.spec.start * w;
+  const uint8_t* vals = seg.changes.values.data();
+  const bool is_xor = seg.spec.kind == ValueKind::kXor;
+  for (size_t k = 0; k < seg.changes.size(); ++k) {
+    uint8_t* dst = base + uint64_t{seg.changes.positions[k]} * w;
+    const uint8_t* v = vals + k * w;
+    if (is_xor) {
+      for (uint32_t b = 0; b < w; ++b) dst[b] ^= v[b];
+    } else {
+      std::memcpy(dst, v, w);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dcr

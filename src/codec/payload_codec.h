@@ -1,0 +1,126 @@
+// A payload: the encoded changes of one or more segments (a segment is a contiguous element
+// range of one tensor) under one identity and one xxh3-64 checksum. Small tensors share a
+// payload so that headers and entropy-coder frames are paid once. Byte layout: docs/format.md §2.
+//
+// Decoder contract: DecodePayload verifies the checksum and then every structural rule before
+// returning anything; each decoded segment then addresses only elements in
+// [start, start + count) of a tensor of the declared dtype, and segments are strictly ascending
+// by (tensor, start) and disjoint. Checking segments against a catalog is the caller's job.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "codec/diff.h"
+#include "codec/location_coding.h"
+#include "format/dtype.h"
+
+namespace dcr {
+
+static_assert(std::endian::native == std::endian::little,
+              "dcr's formats are little-endian and its element views assume a little-endian host");
+
+inline constexpr uint32_t kPayloadMagic = 0x50524344;  // "DCRP" little-endian
+inline constexpr uint16_t kPayloadFormatVersion = 1;
+inline constexpr size_t kPayloadHeaderBytes = 72;
+inline constexpr size_t kPayloadTrailerBytes = 8;  // xxh3-64 of everything before it
+inline constexpr uint64_t kMaxSegmentElements = UINT32_MAX;
+
+enum class CodecMode : uint8_t {
+  kPlain = 0,  // decoding needs no old bits (applying an XOR does)
+};
+
+// Who sent a payload and where it sits in its transfer; a retry resends identical bytes.
+struct PayloadIdentity {
+  uint64_t transfer_id = 0;
+  uint32_t producer_id = 0;
+  uint32_t sequence = 0;
+  bool operator==(const PayloadIdentity&) const = default;
+};
+
+struct SegmentSpec {
+  uint32_t tensor_index = 0;  // index into the transfer's catalog
+  DType dtype = DType::kU8;
+  ValueKind kind = ValueKind::kXor;
+  uint64_t start = 0;  // first element of the segment within the tensor
+  uint64_t count = 0;  // elements, 1 .. kMaxSegmentElements
+};
+
+struct EncodeOptions {
+  int block_log2 = kDefaultLocationBlockLog2;
+  int zstd_level = 3;
+};
+
+// Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish
+// resets it, keeping its buffers, so steady-state encoding does not allocate.
+class PayloadBuilder {
+ public:
+  explicit PayloadBuilder(const EncodeOptions& options = {}) : options_(options) {}
+
+  // Diffs base vs next (the segment's bytes in both) and adds the segment if anything changed.
+  // Returns the number of changed elements.
+  uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next);
+  // Adds a segment from an already computed, non-empty change set.
+  void AddChanges(const SegmentSpec& spec, const ChangeSet& changes);
+  // The change set of the last AddDiff (valid until the next Add*).
+  const ChangeSet& last_changes() const { return changes_; }
+
+  size_t segments() const { return segments_; }
+  uint64_t changed() const { return changed_; }
+  // Appends the payload to `out` (at least one segment required) and resets the builder.
+  void Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out);
+
+ private:
+  EncodeOptions options_;
+  ChangeSet changes_;
+  std::vector<uint8_t> table_, loc_raw_, val_raw_;
+  size_t segments_ = 0;
+  uint64_t changed_ = 0;
+  SegmentSpec last_{};
+};
+
+struct DecodedSegment {
+  SegmentSpec spec;
+  ChangeSet changes;  // positions relative to spec.start
+};
+
+struct DecodedPayload {
+  PayloadIdentity identity;
+  CodecMode mode = CodecMode::kPlain;
+  std::vector<DecodedSegment> segments;
+  uint64_t changed() const;
+};
+
+// Reads the identity without verifying anything else (for routing and deduplication).
+Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> payload);
+
+// Verifies and decodes one payload. Failures are kCorrupt, or kUnsupported for other versions.
+Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out);
+
+// Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
+Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);
+
+// Calls fn(element_index, old_bits, new_bits) for every change, reading old bits from `tensor`
+// (the base) without modifying it. Bits are zero-extended to 64. The segment must lie inside
+// `tensor` (ApplySegment's check).
+template <typename Fn>
+void ForEachChange(const DecodedSegment& seg, std::span<const uint8_t> tensor, Fn&& fn) {
+  const uint32_t w = seg.changes.width;
+  const uint8_t* vals = seg.changes.values.data();
+  for (size_t k = 0; k < seg.changes.size(); ++k) {
+    uint64_t idx = seg.spec.start + seg.changes.positions[k];
+    uint64_t old_bits = 0, v = 0;
+    std::memcpy(&old_bits, tensor.data() + idx * w, w);
+    std::memcpy(&v, vals + k * w, w);
+    fn(idx, old_bits, seg.spec.kind == ValueKind::kXor ? (old_bits ^ v) : v);
+  }
+}
+
+// True iff the segment's range lies inside a tensor of `tensor_bytes` bytes.
+bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes);
+
+}  // namespace dcr
