@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dcr's build and test dependencies from Debian's packages. Idempotent: packages that
 # are already installed are left alone, and apt is not touched when nothing is missing.
+# `--fuzz` adds clang and its sanitizer runtimes for scripts/fuzz.sh.
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,7 @@ packages=(
   libzstd-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+[ "${1:-}" = "--fuzz" ] && packages+=(clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -53,6 +53,7 @@ SynthTrajectory::SynthTrajectory(const SynthModelConfig& m, const SynthTrajector
   add("model.norm.weight", {h}, 0.05f, 1.0f);
   add("lm_head.weight", {m.vocab, h}, 0.02f, 0.0f);
   std::sort(params_.begin(), params_.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
+  for (int i = 0; i < options_.warmup_steps; ++i) AdamStep(0.0);
 }
 
 uint64_t SynthTrajectory::num_parameters() const {
@@ -61,21 +62,21 @@ uint64_t SynthTrajectory::num_parameters() const {
   return n;
 }
 
-void SynthTrajectory::Step() {
-  ++step_;
+void SynthTrajectory::AdamStep(double lr) {
+  ++adam_t_;
   const double b1 = options_.beta1, b2 = options_.beta2;
-  const double c1 = 1.0 - std::pow(b1, step_), c2 = 1.0 - std::pow(b2, step_);
+  const double c1 = 1.0 - std::pow(b1, adam_t_), c2 = 1.0 - std::pow(b2, adam_t_);
   std::normal_distribution<float> noise(0.0f, 1.0f);
   for (auto& p : params_) {
     // Gradients: a per-tensor scale times noise with a slowly varying per-element bias, so
     // moments build up the way they do in training.
     const float scale = 1e-3f;
     for (size_t i = 0; i < p.w.size(); ++i) {
-      float g = scale * (noise(rng_) + 0.3f * std::sin(0.001f * static_cast<float>(i) + 0.1f * step_));
+      float g = scale * (noise(rng_) + 0.3f * std::sin(0.001f * static_cast<float>(i) + 0.1f * adam_t_));
       p.m[i] = static_cast<float>(b1 * p.m[i] + (1 - b1) * g);
       p.v[i] = static_cast<float>(b2 * p.v[i] + (1 - b2) * g * g);
       double upd = (p.m[i] / c1) / (std::sqrt(p.v[i] / c2) + options_.eps);
-      p.w[i] = static_cast<float>(p.w[i] - options_.learning_rate * upd);
+      p.w[i] = static_cast<float>(p.w[i] - lr * upd);
     }
   }
 }

@@ -27,6 +27,9 @@ struct SynthTrajectoryOptions {
   uint64_t seed = 1;
   double learning_rate = 3e-6;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  // Optimizer steps taken before the first snapshot (moments only, weights unchanged), so that
+  // Adam's moments are past their bias-corrected start-up, as in a run that is under way.
+  int warmup_steps = 20;
 };
 
 // IEEE binary32 -> bfloat16 with round-to-nearest-even; NaNs stay NaN (quiet).
@@ -38,7 +41,7 @@ class SynthTrajectory {
   SynthTrajectory(const SynthModelConfig& model, const SynthTrajectoryOptions& options);
 
   // One optimizer step on the fp32 master weights.
-  void Step();
+  void Step() { AdamStep(options_.learning_rate); ++step_; }
   int step() const { return step_; }
   void set_learning_rate(double lr) { options_.learning_rate = lr; }
   uint64_t num_parameters() const;
@@ -53,12 +56,14 @@ class SynthTrajectory {
     std::vector<uint64_t> shape;
     std::vector<float> w, m, v;
   };
+  void AdamStep(double lr);
   std::vector<TensorToWrite> Snapshot(std::vector<std::vector<uint16_t>>* storage) const;
 
   SynthTrajectoryOptions options_;
   std::vector<Param> params_;
   std::mt19937_64 rng_;
   int step_ = 0;
+  int adam_t_ = 0;  // optimizer steps including warm-up, for bias correction
 };
 
 }  // namespace dcr
