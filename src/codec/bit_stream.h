@@ -134,7 +134,9 @@ class BitReader {
       if (inv != 0) {
         int ones = __builtin_ctzll(inv);
         q += static_cast<uint64_t>(ones);
-        acc_ >>= (ones + 1);
+        // ones + 1 is 64 when the run ends at the last bit of a full window; shifting a 64-bit
+        // value by 64 is undefined (x86 leaves it unchanged), so clear it explicitly.
+        acc_ = ones + 1 >= 64 ? 0 : acc_ >> (ones + 1);
         fill_ -= ones + 1;
         if (q > limit) overrun_ = true;
         return q;

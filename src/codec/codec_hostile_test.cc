@@ -1,6 +1,7 @@
-// Codec tests, part 2: hostile payloads. Truncated or bit-flipped payloads are caught by the
-// checksum; payloads re-signed with a valid checksum but a bad structure are caught by the
-// structural checks. Every failure is kCorrupt or kUnsupported, and nothing crashes.
+// Codec tests, part 3: hostile payloads. Truncated or bit-flipped payloads are caught by the
+// checksum; payloads re-signed with a valid checksum but a bad structure (header fields, segment
+// table, location codes, sections) are caught by the structural checks. Every failure is
+// kCorrupt or kUnsupported, and nothing crashes.
 #include <gtest/gtest.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -10,23 +11,21 @@
 #include <vector>
 
 #include "codec/bit_stream.h"
-#include "codec/chunk_codec.h"
+#include "codec/payload_codec.h"
 #include "codec/section_coding.h"
 
 namespace dcr {
 namespace {
 
-// Header field offsets (docs/format.md, "Payload").
+// Header field offsets (docs/format.md §2).
 enum : size_t {
-  kMagic = 0, kVersion = 4, kMode = 6, kKind = 7, kDType = 8, kBlockLog2 = 9, kLocCodec = 10,
-  kValCodec = 11, kTensor = 12, kTransfer = 16, kProducer = 24, kSequence = 28, kStart = 32,
-  kCount = 40, kChanged = 48, kLocRaw = 56, kLocStored = 64, kValRaw = 72, kValStored = 80,
-  kReserved = 88,
+  kMagic = 0, kVersion = 4, kMode = 6, kBlockLog2 = 7, kTransfer = 8, kProducer = 16, kSequence = 20,
+  kSegments = 24, kTableLen = 28, kLocCodec = 32, kValCodec = 33, kReserved16 = 34, kReserved32 = 36,
+  kLocRaw = 40, kLocStored = 48, kValRaw = 56, kValStored = 64,
 };
+static_assert(kValStored + 8 == kPayloadHeaderBytes);
 
-void Resign(std::vector<uint8_t>& p) {
-  StoreLe(p.data() + p.size() - 8, XXH3_64bits(p.data(), p.size() - 8), 8);
-}
+void Resign(std::vector<uint8_t>& p) { StoreLe(p.data() + p.size() - 8, XXH3_64bits(p.data(), p.size() - 8), 8); }
 
 // A copy of `p` with a header field replaced and the checksum recomputed.
 std::vector<uint8_t> Edited(const std::vector<uint8_t>& p, size_t off, uint64_t value, int bytes) {
@@ -39,26 +38,40 @@ std::vector<uint8_t> Edited(const std::vector<uint8_t>& p, size_t off, uint64_t 
 uint64_t Field(const std::vector<uint8_t>& p, size_t off, int bytes) { return LoadLe(p.data() + off, bytes); }
 
 StatusCode DecodeCode(std::span<const uint8_t> p) {
-  DecodedChunk d;
+  DecodedPayload d;
   return DecodePayload(p, &d).code();
 }
 
-// Checks the decoder's contract on an accepted payload: positions inside the chunk, strictly
-// ascending, one value of the declared width per position.
-void ExpectWellFormed(const DecodedChunk& d) {
-  const uint32_t w = DTypeWidth(d.spec.dtype);
-  ASSERT_GT(d.changes.size(), 0u);
-  ASSERT_LE(d.changes.size(), d.spec.count);
-  ASSERT_EQ(d.changes.width, w);
-  ASSERT_EQ(d.changes.values.size(), d.changes.size() * w);
-  for (size_t k = 0; k < d.changes.size(); ++k) {
-    ASSERT_LT(d.changes.positions[k], d.spec.count);
-    if (k > 0) ASSERT_LT(d.changes.positions[k - 1], d.changes.positions[k]);
+// The decoder's contract on an accepted payload: every segment's positions lie inside it and
+// ascend strictly, one value of the declared width per position; segments ascend by
+// (tensor, start) and are disjoint.
+void ExpectWellFormed(const DecodedPayload& d) {
+  ASSERT_FALSE(d.segments.empty());
+  for (size_t i = 0; i < d.segments.size(); ++i) {
+    const DecodedSegment& s = d.segments[i];
+    const uint32_t w = DTypeWidth(s.spec.dtype);
+    ASSERT_GE(s.spec.count, 1u);
+    ASSERT_LE(s.spec.count, kMaxSegmentElements);
+    ASSERT_GT(s.changes.size(), 0u);
+    ASSERT_LE(s.changes.size(), s.spec.count);
+    ASSERT_EQ(s.changes.width, w);
+    ASSERT_EQ(s.changes.values.size(), s.changes.size() * w);
+    for (size_t k = 0; k < s.changes.size(); ++k) {
+      ASSERT_LT(s.changes.positions[k], s.spec.count);
+      if (k > 0) {
+        ASSERT_LT(s.changes.positions[k - 1], s.changes.positions[k]);
+      }
+    }
+    if (i > 0) {
+      const SegmentSpec& q = d.segments[i - 1].spec;
+      ASSERT_TRUE(s.spec.tensor_index > q.tensor_index ||
+                  (s.spec.tensor_index == q.tensor_index && s.spec.start >= q.start + q.count));
+    }
   }
 }
 
-// A payload with a multi-block location code (scattered, dense and run-shaped blocks) whose
-// sections are zstd-compressed.
+// Three segments (a multi-block BF16 segment with scattered, dense and run-shaped blocks, an F32
+// segment and a U8 segment) whose sections are zstd-compressed.
 std::vector<uint8_t> LargePayload() {
   std::mt19937_64 rng(11);
   const uint64_t n = 20000;
@@ -70,46 +83,72 @@ std::vector<uint8_t> LargePayload() {
                   (i >= 9000 && i < 9500) || (i >= 12288 && rng() % 1000 == 0);
     if (change) next[i * 2] ^= 1;
   }
-  ChunkSpec spec{{0x0123456789abcdefull, 3, 17}, 5, DType::kBF16, 1000, n, ValueKind::kXor};
+  std::vector<uint8_t> f32(300 * 4), f32_next;
+  for (auto& b : f32) b = static_cast<uint8_t>(rng());
+  f32_next = f32;
+  for (size_t i = 0; i < 300; i += 10) f32_next[i * 4] ^= 3;
+  std::vector<uint8_t> u8(1000, 0), u8_next(1000, 0);
+  for (size_t i = 200; i < 400; ++i) u8_next[i] = 1;
   EncodeOptions opt;
   opt.block_log2 = 12;
-  EncodeScratch scratch;
+  PayloadBuilder b(opt);
+  EXPECT_GT(b.AddDiff({5, DType::kBF16, ValueKind::kXor, 1000, n}, base, next), 0u);
+  EXPECT_GT(b.AddDiff({6, DType::kF32, ValueKind::kOverwrite, 0, 300}, f32, f32_next), 0u);
+  EXPECT_GT(b.AddDiff({9, DType::kU8, ValueKind::kXor, 50, 1000}, u8, u8_next), 0u);
   std::vector<uint8_t> p;
-  EXPECT_GT(EncodeChunk(spec, base, next, opt, &scratch, &p), 0u);
+  b.Finish({0x0123456789abcdefull, 3, 17}, &p);
   EXPECT_EQ(p[kLocCodec], static_cast<uint8_t>(SectionCodec::kZstd));
   EXPECT_EQ(p[kValCodec], static_cast<uint8_t>(SectionCodec::kZstd));
   return p;
 }
 
-// A payload small enough to flip every bit of: raw sections.
+// Two segments, small enough to flip every bit of: raw sections.
 std::vector<uint8_t> SmallPayload() {
   std::vector<uint8_t> base(40, 0), next(40, 0);
   next[3] = 1;
   next[17] = 0x80;
   next[39] = 0xff;
-  ChunkSpec spec{{77, 1, 2}, 0, DType::kF32, 0, 10, ValueKind::kOverwrite};
-  EncodeScratch scratch;
+  std::vector<uint8_t> u8(8, 0), u8_next(8, 0);
+  u8_next[6] = 2;
+  PayloadBuilder b;
+  EXPECT_EQ(b.AddDiff({0, DType::kF32, ValueKind::kOverwrite, 0, 10}, base, next), 3u);
+  EXPECT_EQ(b.AddDiff({2, DType::kU8, ValueKind::kXor, 0, 8}, u8, u8_next), 1u);
   std::vector<uint8_t> p;
-  EXPECT_EQ(EncodeChunk(spec, base, next, EncodeOptions{}, &scratch, &p), 3u);
+  b.Finish({77, 1, 2}, &p);
   EXPECT_EQ(p[kLocCodec], static_cast<uint8_t>(SectionCodec::kRaw));
   return p;
 }
 
-// A hand-built payload with raw sections, for crafting location codes.
-std::vector<uint8_t> Craft(DType dtype, uint64_t count, uint64_t changed, int block_log2,
+// One segment table entry.
+std::vector<uint8_t> Seg(DType dtype, uint8_t kind, uint64_t tensor, uint64_t start, uint64_t count, uint64_t n,
+                         uint8_t dtype_code_override = 0xff) {
+  std::vector<uint8_t> t = {dtype_code_override == 0xff ? DTypeCode(dtype) : dtype_code_override, kind};
+  PutVarint(t, tensor);
+  PutVarint(t, start);
+  PutVarint(t, count);
+  PutVarint(t, n);
+  return t;
+}
+std::vector<uint8_t> Cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A hand-built payload with raw sections, for crafting tables and location codes.
+std::vector<uint8_t> Craft(int block_log2, uint32_t segments, const std::vector<uint8_t>& table,
                            const std::vector<uint8_t>& loc, const std::vector<uint8_t>& val) {
   std::vector<uint8_t> p(kPayloadHeaderBytes, 0);
   StoreLe(p.data() + kMagic, kPayloadMagic, 4);
   StoreLe(p.data() + kVersion, kPayloadFormatVersion, 2);
-  p[kDType] = DTypeCode(dtype);
   p[kBlockLog2] = static_cast<uint8_t>(block_log2);
   StoreLe(p.data() + kTransfer, 5, 8);
-  StoreLe(p.data() + kCount, count, 8);
-  StoreLe(p.data() + kChanged, changed, 8);
+  StoreLe(p.data() + kSegments, segments, 4);
+  StoreLe(p.data() + kTableLen, table.size(), 4);
   StoreLe(p.data() + kLocRaw, loc.size(), 8);
   StoreLe(p.data() + kLocStored, loc.size(), 8);
   StoreLe(p.data() + kValRaw, val.size(), 8);
   StoreLe(p.data() + kValStored, val.size(), 8);
+  p.insert(p.end(), table.begin(), table.end());
   p.insert(p.end(), loc.begin(), loc.end());
   p.insert(p.end(), val.begin(), val.end());
   p.resize(p.size() + 8);
@@ -117,13 +156,37 @@ std::vector<uint8_t> Craft(DType dtype, uint64_t count, uint64_t changed, int bl
   return p;
 }
 
+// A valid location code for 16 elements with one change at 5 (Rice r=0: five ones, a zero).
+const std::vector<uint8_t> kLocAt5 = {1, 0, 0, 0x1f};
+
 TEST(HostilePayload, ValidPayloadsUsedBelowDecode) {
   for (const auto& p : {LargePayload(), SmallPayload()}) {
-    DecodedChunk d;
+    DecodedPayload d;
     Status s = DecodePayload(p, &d);
     ASSERT_TRUE(s.ok()) << s.ToString();
     ExpectWellFormed(d);
   }
+}
+
+TEST(HostilePayload, HandBuiltPayloadsFollowingTheFormatDecode) {
+  DecodedPayload d;
+  auto one = Craft(4, 1, Seg(DType::kU8, 0, 0, 0, 16, 1), kLocAt5, {0x42});
+  Status s = DecodePayload(one, &d);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(d.segments.size(), 1u);
+  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5}));
+  EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
+  // Two segments of one tensor, adjacent: [0, 16) U8 and [16, 32) U16 overwrite (bitmap {0, 2});
+  // the U16 values are stored as byte planes {1, 2} {3, 4}.
+  auto two = Craft(4, 2, Cat(Seg(DType::kU8, 0, 7, 0, 16, 1), Seg(DType::kU16, 1, 7, 16, 16, 2)),
+                   Cat(kLocAt5, {2, 1, 0x05, 0x00}), {0x42, 1, 2, 3, 4});
+  s = DecodePayload(two, &d);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(d.segments.size(), 2u);
+  EXPECT_EQ(d.segments[1].spec.start, 16u);
+  EXPECT_EQ(d.segments[1].spec.kind, ValueKind::kOverwrite);
+  EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(d.segments[1].changes.values, (std::vector<uint8_t>{1, 3, 2, 4}));
 }
 
 TEST(HostilePayload, EveryTruncationIsCorrupt) {
@@ -156,7 +219,7 @@ TEST(HostilePayload, BitFlipsAnywhereInALargePayloadAreCorrupt) {
   }
   for (int i = 0; i < 2000; ++i) {
     auto q = p;
-    int flips = 1 + static_cast<int>(rng() % 4);
+    const int flips = 1 + static_cast<int>(rng() % 4);
     for (int f = 0; f < flips; ++f) q[rng() % q.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
     if (q == p) continue;
     ASSERT_EQ(DecodeCode(q), StatusCode::kCorrupt) << "case " << i;
@@ -173,10 +236,9 @@ TEST(HostilePayload, ResignedVersionOrModeChangesAreUnsupported) {
 
 TEST(HostilePayload, ResignedBadHeaderFieldsAreCorrupt) {
   const auto p = LargePayload();
-  const uint64_t count = Field(p, kCount, 8), changed = Field(p, kChanged, 8);
+  const uint64_t nseg = Field(p, kSegments, 4), table_len = Field(p, kTableLen, 4);
   const uint64_t loc_raw = Field(p, kLocRaw, 8), loc_stored = Field(p, kLocStored, 8);
   const uint64_t val_raw = Field(p, kValRaw, 8), val_stored = Field(p, kValStored, 8);
-  const auto kC = StatusCode::kCorrupt;
   struct Case {
     const char* what;
     size_t off;
@@ -185,25 +247,20 @@ TEST(HostilePayload, ResignedBadHeaderFieldsAreCorrupt) {
   };
   const Case cases[] = {
       {"magic", kMagic, 0x50524345, 4},
-      {"kind 2", kKind, 2, 1},
-      {"kind 255", kKind, 255, 1},
-      {"dtype 15", kDType, 15, 1},
-      {"dtype 255", kDType, 255, 1},
-      {"dtype of another width", kDType, DTypeCode(DType::kF32), 1},
       {"block 2^2", kBlockLog2, 2, 1},
       {"block 2^32", kBlockLog2, 32, 1},
       {"block 2^255", kBlockLog2, 255, 1},
       {"location codec 2", kLocCodec, 2, 1},
       {"value codec 2", kValCodec, 2, 1},
       {"location codec raw for zstd bytes", kLocCodec, 0, 1},
-      {"count 0", kCount, 0, 8},
-      {"count 2^32", kCount, 1ull << 32, 8},
-      {"count below changed", kCount, changed - 1, 8},
-      {"start + count overflows", kStart, UINT64_MAX - count + 1, 8},
-      {"changed 0", kChanged, 0, 8},
-      {"changed > count", kChanged, count + 1, 8},
-      {"changed - 1", kChanged, changed - 1, 8},
-      {"changed + 1", kChanged, changed + 1, 8},
+      {"value codec raw for zstd bytes", kValCodec, 0, 1},
+      {"0 segments", kSegments, 0, 4},
+      {"segments + 1", kSegments, nseg + 1, 4},
+      {"segments - 1", kSegments, nseg - 1, 4},
+      {"segments max", kSegments, 0xffffffff, 4},
+      {"table length + 1", kTableLen, table_len + 1, 4},
+      {"table length - 1", kTableLen, table_len - 1, 4},
+      {"table length max", kTableLen, 0xffffffff, 4},
       {"value length + 2", kValRaw, val_raw + 2, 8},
       {"value length - 2", kValRaw, val_raw - 2, 8},
       {"location length + 1", kLocRaw, loc_raw + 1, 8},
@@ -217,49 +274,77 @@ TEST(HostilePayload, ResignedBadHeaderFieldsAreCorrupt) {
       {"value stored - 1", kValStored, val_stored - 1, 8},
       {"value stored max", kValStored, UINT64_MAX, 8},
   };
-  for (const Case& c : cases) EXPECT_EQ(DecodeCode(Edited(p, c.off, c.value, c.bytes)), kC) << c.what;
-  for (size_t i = 0; i < 8; ++i)
-    EXPECT_EQ(DecodeCode(Edited(p, kReserved + i, 1, 1)), kC) << "reserved byte " << i;
+  for (const Case& c : cases) EXPECT_EQ(DecodeCode(Edited(p, c.off, c.value, c.bytes)), StatusCode::kCorrupt) << c.what;
+  for (size_t i = kReserved16; i < kLocRaw; ++i)
+    EXPECT_EQ(DecodeCode(Edited(p, i, 1, 1)), StatusCode::kCorrupt) << "reserved byte " << i;
   // Moving the boundary between the sections keeps their total but breaks both.
   auto q = p;
   StoreLe(q.data() + kLocStored, loc_stored + 1, 8);
   StoreLe(q.data() + kValStored, val_stored - 1, 8);
   Resign(q);
-  EXPECT_EQ(DecodeCode(q), kC);
-  // A consistent but larger change count: the sections no longer hold that many changes.
-  q = p;
-  StoreLe(q.data() + kChanged, changed + 1, 8);
-  StoreLe(q.data() + kValRaw, val_raw + 2, 8);
-  Resign(q);
-  EXPECT_EQ(DecodeCode(q), kC);
+  EXPECT_EQ(DecodeCode(q), StatusCode::kCorrupt);
 }
 
-TEST(HostilePayload, HandBuiltPayloadWithAValidLocationCodeDecodes) {
-  // Rice r=0, one change at position 5 of a 16-element block.
-  auto p = Craft(DType::kU8, 16, 1, 4, {1, 0, 0, 0x1f}, {0x42});
-  DecodedChunk d;
-  Status s = DecodePayload(p, &d);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(d.changes.positions, (std::vector<uint32_t>{5}));
-  EXPECT_EQ(d.changes.values, (std::vector<uint8_t>{0x42}));
-}
-
-TEST(HostilePayload, ResignedLocationCodesClaimingPositionsOutsideTheBlockAreCorrupt) {
+TEST(HostilePayload, ResignedBadSegmentTablesAreCorrupt) {
   const auto kC = StatusCode::kCorrupt;
-  // Rice gap of 16 in a 16-element block.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 16, 1, 4, {1, 0, 0, 0xff, 0xff, 0x00}, {1})), kC);
-  // Bitmap bit 12 in a 12-element chunk.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 12, 1, 4, {1, 1, 0x00, 0x10}, {1})), kC);
-  // Range 15..16 in a 16-element block.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU16, 16, 2, 4, {2, 2, 1, 15, 1}, {1, 1, 0, 0})), kC);
-  // A second block in a one-block chunk (trailing bytes).
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 16, 1, 4, {1, 0, 0, 0x1f, 1, 0, 0, 0}, {1})), kC);
-  // More changes in the block than it has elements.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 4, 4, 3, {5, 1, 0x1f}, {1, 1, 1, 1})), kC);
-  // Fewer positions than the header declares.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 16, 2, 4, {1, 1, 0x01, 0x00}, {1, 1})), kC);
-  // Unknown location method.
-  EXPECT_EQ(DecodeCode(Craft(DType::kU8, 16, 1, 4, {1, 3, 0}, {1})), kC);
+  auto one = [&](const std::vector<uint8_t>& table, uint32_t m = 1) { return DecodeCode(Craft(4, m, table, kLocAt5, {1})); };
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 1)), StatusCode::kOk);  // the reference entry
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 1, 15)), kC);             // dtype code 15
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 1, 0xfe)), kC);           // dtype code 254
+  EXPECT_EQ(one(Seg(DType::kU8, 2, 0, 0, 16, 1)), kC);                 // value kind 2
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 1ull << 32, 0, 16, 1)), kC);        // tensor index beyond u32
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 1ull << 61, 16, 1)), kC);        // (start + count) * 8 overflows
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, UINT64_MAX, 16, 1)), kC);
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 0)), kC);                 // no changes
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 17)), kC);                // more changes than elements
+  EXPECT_EQ(one(Cat(Seg(DType::kU8, 0, 0, 0, 16, 1), {0})), kC);       // trailing table byte
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 1), 2), kC);              // two segments declared, one present
+  EXPECT_EQ(one(Seg(DType::kU8, 0, 0, 0, 16, 1), 0), kC);              // zero segments
+  // A table truncated inside its second entry (padded so the size check alone does not catch it).
+  auto truncated = Cat(Seg(DType::kU8, 0, 0, 0, 16, 1), {0, 0, 0x80, 0x80, 0x80, 0x80});
+  EXPECT_EQ(one(truncated, 2), kC);
+  EXPECT_EQ(DecodeCode(Craft(4, 1, Seg(DType::kU8, 0, 0, 0, 0, 1), {}, {1})), kC);  // count 0
+  EXPECT_EQ(DecodeCode(Craft(4, 1, Seg(DType::kU8, 0, 0, 0, 1ull << 32, 1), kLocAt5, {1})), kC);  // count 2^32
+
+  // Two segments: out of order, overlapping, or duplicated are refused; adjacent is fine.
+  auto two = [&](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    return DecodeCode(Craft(4, 2, Cat(a, b), Cat(kLocAt5, kLocAt5), {1, 1}));
+  };
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 3, 0, 16, 1), Seg(DType::kU8, 0, 3, 16, 16, 1)), StatusCode::kOk);
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 3, 0, 16, 1), Seg(DType::kU8, 0, 4, 0, 16, 1)), StatusCode::kOk);
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 4, 0, 16, 1), Seg(DType::kU8, 0, 3, 0, 16, 1)), kC);
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 3, 0, 16, 1), Seg(DType::kU8, 0, 3, 15, 16, 1)), kC);
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 3, 16, 16, 1), Seg(DType::kU8, 0, 3, 0, 16, 1)), kC);
+  EXPECT_EQ(two(Seg(DType::kU8, 0, 3, 0, 16, 1), Seg(DType::kU8, 0, 3, 0, 16, 1)), kC);
+  // The value section must hold exactly sum(n * width) bytes.
+  EXPECT_EQ(DecodeCode(Craft(4, 1, Seg(DType::kU16, 0, 0, 0, 16, 1), kLocAt5, {1})), kC);
+  EXPECT_EQ(DecodeCode(Craft(4, 1, Seg(DType::kU16, 0, 0, 0, 16, 1), kLocAt5, {1, 2})), StatusCode::kOk);
+  EXPECT_EQ(DecodeCode(Craft(4, 1, Seg(DType::kU16, 0, 0, 0, 16, 1), kLocAt5, {1, 2, 3})), kC);
+}
+
+TEST(HostilePayload, ResignedLocationCodesClaimingPositionsOutsideTheirSegmentAreCorrupt) {
+  const auto kC = StatusCode::kCorrupt;
+  auto u8 = [&](uint64_t count, uint64_t n, const std::vector<uint8_t>& loc) {
+    return DecodeCode(Craft(4, 1, Seg(DType::kU8, 0, 0, 0, count, n), loc, std::vector<uint8_t>(n, 1)));
+  };
+  EXPECT_EQ(u8(16, 1, {1, 0, 0, 0xff, 0xff, 0x00}), kC);  // Rice gap 16 in a 16-element block
+  EXPECT_EQ(u8(12, 1, {1, 1, 0x00, 0x08}), StatusCode::kOk);  // bitmap bit 11 of 12
+  EXPECT_EQ(u8(12, 1, {1, 1, 0x00, 0x10}), kC);            // bitmap bit 12 of 12
+  EXPECT_EQ(u8(16, 2, {2, 2, 1, 15, 1}), kC);              // range 15..16 leaves the block
+  EXPECT_EQ(u8(16, 1, Cat(kLocAt5, {1, 0, 0, 0})), kC);    // a second block in a one-block segment
+  EXPECT_EQ(u8(4, 4, {5, 1, 0x1f}), kC);                   // more changes than the block holds
+  EXPECT_EQ(u8(16, 2, {1, 1, 0x01, 0x00}), kC);            // fewer positions than declared
+  EXPECT_EQ(u8(16, 1, {1, 3, 0}), kC);                     // unknown method
+  EXPECT_EQ(u8(16, 1, {1, 0, 31, 0}), kC);                 // Rice parameter 31
+  // Two segments whose codes are back to back: the second one missing, or one byte too many.
+  auto two = [&](const std::vector<uint8_t>& loc) {
+    return DecodeCode(Craft(4, 2, Cat(Seg(DType::kU8, 0, 0, 0, 16, 1), Seg(DType::kU8, 0, 1, 0, 16, 1)), loc, {1, 1}));
+  };
+  EXPECT_EQ(two(Cat(kLocAt5, kLocAt5)), StatusCode::kOk);
+  EXPECT_EQ(two(kLocAt5), kC);
+  EXPECT_EQ(two(Cat(Cat(kLocAt5, kLocAt5), {0})), kC);
+  // The first segment's Rice code running on into the second segment's bytes.
+  EXPECT_EQ(two(Cat({1, 0, 0, 0xff}, kLocAt5)), kC);
 }
 
 // zstd frames that do not record their content size are accepted only when they decode to
@@ -276,56 +361,52 @@ TEST(HostilePayload, ZstdSectionsWithoutContentSizeMustDecodeToTheDeclaredLength
     EXPECT_EQ(ZSTD_getFrameContentSize(out.data(), out.size()), ZSTD_CONTENTSIZE_UNKNOWN);
     return out;
   };
-  // 64 changes (positions 0..63) of a U8 chunk of 64: bitmap block.
+  // 64 changes (positions 0..63) of a U8 segment of 64: one bitmap block.
   std::vector<uint8_t> loc = {64, 1};
   loc.resize(2 + 8, 0xff);
-  std::vector<uint8_t> val(64, 7);
-  auto build = [&](const std::vector<uint8_t>& stored_val, uint64_t declared_val) {
-    auto p = Craft(DType::kU8, 64, 64, 6, loc, {});
-    p.resize(kPayloadHeaderBytes + loc.size());
-    p.insert(p.end(), stored_val.begin(), stored_val.end());
-    p.resize(p.size() + 8);
+  const std::vector<uint8_t> table = Seg(DType::kU8, 0, 0, 0, 64, 64);
+  const std::vector<uint8_t> val(64, 7);
+  auto build = [&](const std::vector<uint8_t>& stored_val) {
+    auto p = Craft(6, 1, table, loc, stored_val);
     p[kValCodec] = static_cast<uint8_t>(SectionCodec::kZstd);
-    StoreLe(p.data() + kValRaw, declared_val, 8);
-    StoreLe(p.data() + kValStored, stored_val.size(), 8);
+    StoreLe(p.data() + kValRaw, 64, 8);
     Resign(p);
     return p;
   };
-  DecodedChunk d;
-  Status ok = DecodePayload(build(frame_without_size(val), 64), &d);
+  DecodedPayload d;
+  Status ok = DecodePayload(build(frame_without_size(val)), &d);
   ASSERT_TRUE(ok.ok()) << ok.ToString();
-  EXPECT_EQ(d.changes.values, val);
-  std::vector<uint8_t> longer(65, 7), shorter(63, 7);
-  EXPECT_EQ(DecodeCode(build(frame_without_size(longer), 64)), StatusCode::kCorrupt);
-  EXPECT_EQ(DecodeCode(build(frame_without_size(shorter), 64)), StatusCode::kCorrupt);
-  // Garbage declared as zstd.
-  EXPECT_EQ(DecodeCode(build(std::vector<uint8_t>(40, 0xab), 64)), StatusCode::kCorrupt);
+  EXPECT_EQ(d.segments[0].changes.values, val);
+  EXPECT_EQ(DecodeCode(build(frame_without_size(std::vector<uint8_t>(65, 7)))), StatusCode::kCorrupt);
+  EXPECT_EQ(DecodeCode(build(frame_without_size(std::vector<uint8_t>(63, 7)))), StatusCode::kCorrupt);
+  EXPECT_EQ(DecodeCode(build(std::vector<uint8_t>(40, 0xab))), StatusCode::kCorrupt);  // not a zstd frame
 }
 
 // Random edits anywhere, re-signed so the checksum passes: the decoder either refuses with
-// kCorrupt/kUnsupported or returns a chunk that honours its contract.
+// kCorrupt/kUnsupported or returns segments that honour its contract.
 TEST(HostilePayload, ResignedRandomEditsNeverBreakTheDecoderContract) {
   std::mt19937_64 rng(13);
   const std::vector<std::vector<uint8_t>> seeds = {LargePayload(), SmallPayload()};
-  int accepted = 0, refused = 0;
+  int refused = 0;
   for (int i = 0; i < 30000; ++i) {
     auto q = seeds[static_cast<size_t>(i % 2)];
-    int edits = 1 + static_cast<int>(rng() % 3);
+    const size_t table_end = kPayloadHeaderBytes + Field(q, kTableLen, 4);
+    const int edits = 1 + static_cast<int>(rng() % 3);
     for (int e = 0; e < edits; ++e) {
       size_t at;
-      switch (rng() % 3) {
-        case 0: at = rng() % kPayloadHeaderBytes; break;             // header
-        case 1: at = kPayloadHeaderBytes + rng() % 16; break;        // start of the sections
-        default: at = rng() % (q.size() - 8); break;                 // anywhere
+      switch (rng() % 4) {
+        case 0: at = rng() % kPayloadHeaderBytes; break;                                       // header
+        case 1: at = kPayloadHeaderBytes + rng() % (table_end - kPayloadHeaderBytes); break;   // segment table
+        case 2: at = table_end + rng() % 16; break;                                            // start of the sections
+        default: at = rng() % (q.size() - 8); break;                                           // anywhere
       }
       if (at >= q.size() - 8) continue;
       q[at] = rng() % 4 == 0 ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(q[at] ^ (1u << (rng() % 8)));
     }
     Resign(q);
-    DecodedChunk d;
+    DecodedPayload d;
     Status s = DecodePayload(q, &d);
     if (s.ok()) {
-      ++accepted;
       ExpectWellFormed(d);
       if (testing::Test::HasFatalFailure()) return;
     } else {
@@ -337,18 +418,35 @@ TEST(HostilePayload, ResignedRandomEditsNeverBreakTheDecoderContract) {
   EXPECT_GT(refused, 0);
 }
 
-TEST(HostilePayload, ArbitraryBytesWithAValidChecksumAreRefused) {
+TEST(HostilePayload, ArbitraryBytesWithAValidChecksumAreRefusedOrWellFormed) {
   std::mt19937_64 rng(14);
   for (int i = 0; i < 20000; ++i) {
     std::vector<uint8_t> q(kPayloadHeaderBytes + kPayloadTrailerBytes + rng() % 64);
     for (auto& b : q) b = static_cast<uint8_t>(rng());
     StoreLe(q.data(), kPayloadMagic, 4);
-    if (i % 2) StoreLe(q.data() + kVersion, kPayloadFormatVersion, 2), q[kMode] = 0, StoreLe(q.data() + kReserved, 0, 8);
+    if (i % 2) {
+      // Plausible header: valid version, mode, block size, codecs and small lengths.
+      StoreLe(q.data() + kVersion, kPayloadFormatVersion, 2);
+      q[kMode] = 0;
+      q[kBlockLog2] = static_cast<uint8_t>(3 + rng() % 8);
+      q[kLocCodec] = 0;
+      q[kValCodec] = 0;
+      StoreLe(q.data() + kReserved16, 0, 6);
+      const uint64_t body = q.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
+      const uint64_t t = body == 0 ? 0 : rng() % (body + 1), l = body - t == 0 ? 0 : rng() % (body - t + 1);
+      StoreLe(q.data() + kSegments, 1 + rng() % 3, 4);
+      StoreLe(q.data() + kTableLen, t, 4);
+      StoreLe(q.data() + kLocRaw, l, 8);
+      StoreLe(q.data() + kLocStored, l, 8);
+      StoreLe(q.data() + kValRaw, body - t - l, 8);
+      StoreLe(q.data() + kValStored, body - t - l, 8);
+    }
     Resign(q);
-    DecodedChunk d;
+    DecodedPayload d;
     Status s = DecodePayload(q, &d);
     if (s.ok()) {
       ExpectWellFormed(d);
+      if (testing::Test::HasFatalFailure()) return;
     } else {
       ASSERT_TRUE(s.code() == StatusCode::kCorrupt || s.code() == StatusCode::kUnsupported) << s.ToString();
     }

@@ -1,16 +1,14 @@
-// Codec tests, part 1: bit streams, varints, location coding and the payload round trip
-// (EncodeChunk -> DecodePayload -> ApplyChunk gives exactly the new bits). Hostile payloads are
+// Codec tests, part 1: byte helpers, varints, bit streams, byte planes, sections, the diff
+// scan and location coding. Payload round trips are in codec_payload_test.cc, hostile payloads
 // in codec_hostile_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <random>
-#include <set>
 #include <vector>
 
 #include "codec/bit_stream.h"
-#include "codec/chunk_codec.h"
 #include "codec/diff.h"
 #include "codec/location_coding.h"
 #include "codec/section_coding.h"
@@ -18,149 +16,6 @@
 
 namespace dcr {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-uint64_t LoadElem(const std::vector<uint8_t>& v, size_t i, uint32_t w) {
-  uint64_t x = 0;
-  std::memcpy(&x, v.data() + i * w, w);
-  return x;
-}
-void StoreElem(std::vector<uint8_t>& v, size_t i, uint32_t w, uint64_t x) { std::memcpy(v.data() + i * w, &x, w); }
-
-// Bit patterns whose float values are special; changes between any two of them must be seen.
-std::vector<uint64_t> SpecialPatterns(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fc1, 0x7f81, 0xffff, 0x0001, 0x807f, 0x3f80};
-    case DType::kF16:
-      return {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7e01, 0x7c01, 0xffff, 0x0001, 0x83ff, 0x3c00};
-    case DType::kF32:
-      return {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0x7fc00001,
-              0x7f800001, 0xffffffff, 0x00000001, 0x807fffff, 0x3f800000};
-    case DType::kF64:
-      return {0x0000000000000000ull, 0x8000000000000000ull, 0x7ff0000000000000ull, 0xfff0000000000000ull,
-              0x7ff8000000000000ull, 0x7ff8000000000001ull, 0x7ff0000000000001ull, 0xffffffffffffffffull,
-              0x0000000000000001ull, 0x800fffffffffffffull, 0x3ff0000000000000ull};
-    case DType::kF8E4M3:
-      return {0x00, 0x80, 0x7f, 0xff, 0x01, 0x81, 0x38, 0x7e};
-    case DType::kF8E5M2:
-      return {0x00, 0x80, 0x7c, 0xfc, 0x7e, 0x7d, 0x01, 0x3c};
-    case DType::kBool:
-      return {0, 1};
-    default: {
-      uint32_t w = DTypeWidth(t);
-      uint64_t all = w == 8 ? ~0ull : ((1ull << (8 * w)) - 1);
-      uint64_t top = 1ull << (8 * w - 1);
-      return {0, 1, all, top, top - 1, all - 1};
-    }
-  }
-}
-
-const std::vector<DType>& TestedDTypes() {
-  static const std::vector<DType> v = {DType::kBF16, DType::kF16, DType::kF32,  DType::kF64,
-                                       DType::kF8E4M3, DType::kF8E5M2, DType::kI8, DType::kU8,
-                                       DType::kI16, DType::kI32, DType::kI64, DType::kBool};
-  return v;
-}
-
-// Random element bits for `t`, with some special patterns mixed in (BOOL stays 0/1).
-uint64_t RandomBits(DType t, std::mt19937_64& rng) {
-  uint32_t w = DTypeWidth(t);
-  if (t == DType::kBool) return rng() & 1;
-  if (rng() % 10 == 0) {
-    auto sp = SpecialPatterns(t);
-    return sp[rng() % sp.size()];
-  }
-  uint64_t mask = w == 8 ? ~0ull : ((1ull << (8 * w)) - 1);
-  return rng() & mask;
-}
-
-// A new value for an element that differs from `old` in its bits: a low-bit flip (as a one-ulp
-// step gives), a special pattern, or random bits.
-uint64_t ChangedBits(DType t, uint64_t old, std::mt19937_64& rng) {
-  uint32_t w = DTypeWidth(t);
-  uint64_t mask = w == 8 ? ~0ull : ((1ull << (8 * w)) - 1);
-  if (t == DType::kBool) return old ^ 1;
-  for (;;) {
-    uint64_t v;
-    switch (rng() % 3) {
-      case 0: v = old ^ ((1ull << (rng() % 3 + 1)) - 1); break;
-      case 1: {
-        auto sp = SpecialPatterns(t);
-        v = sp[rng() % sp.size()];
-        break;
-      }
-      default: v = rng(); break;
-    }
-    v &= mask;
-    if (v != old) return v;
-  }
-}
-
-struct CodecCase {
-  DType dtype;
-  ValueKind kind;
-  uint64_t tensor_elems, start, count;
-  std::vector<uint8_t> base, next;  // whole tensors
-  std::vector<uint32_t> changed;    // positions relative to start, ascending
-};
-
-// Builds base/next tensors that differ inside [start, start+count) at a `density` fraction of
-// positions (Bernoulli or clustered runs), and also outside the chunk (which must stay untouched).
-CodecCase MakeCase(DType t, ValueKind kind, uint64_t count, double density, bool runs, std::mt19937_64& rng) {
-  CodecCase c;
-  c.dtype = t;
-  c.kind = kind;
-  const uint32_t w = DTypeWidth(t);
-  c.start = rng() % 100;
-  c.count = count;
-  c.tensor_elems = c.start + count + rng() % 100;
-  c.base.resize(c.tensor_elems * w);
-  for (uint64_t i = 0; i < c.tensor_elems; ++i) StoreElem(c.base, i, w, RandomBits(t, rng));
-  c.next = c.base;
-  std::vector<bool> pick(count, false);
-  if (density >= 1.0) {
-    std::fill(pick.begin(), pick.end(), true);
-  } else if (density > 0) {
-    std::bernoulli_distribution coin(density);
-    if (!runs) {
-      for (uint64_t i = 0; i < count; ++i) pick[i] = coin(rng);
-    } else {
-      // Runs of mean length 40 whose starts are spaced to hit the density.
-      std::geometric_distribution<uint64_t> len(1.0 / 40);
-      std::bernoulli_distribution start(density / 40);
-      for (uint64_t i = 0; i < count; ++i) {
-        if (!start(rng)) continue;
-        uint64_t l = 1 + len(rng);
-        for (uint64_t k = i; k < std::min(count, i + l); ++k) pick[k] = true;
-        i += l;
-      }
-    }
-  }
-  for (uint64_t i = 0; i < count; ++i) {
-    if (!pick[i]) continue;
-    uint64_t idx = c.start + i;
-    StoreElem(c.next, idx, w, ChangedBits(t, LoadElem(c.base, idx, w), rng));
-    c.changed.push_back(static_cast<uint32_t>(i));
-  }
-  // Changes outside the chunk: not encoded, so ApplyChunk must leave them at base.
-  for (uint64_t i = 0; i < c.start; ++i) StoreElem(c.next, i, w, ChangedBits(t, LoadElem(c.base, i, w), rng));
-  return c;
-}
-
-// The tensor an exact apply of the chunk must give: next inside the chunk, base outside.
-std::vector<uint8_t> Expected(const CodecCase& c) {
-  const uint32_t w = DTypeWidth(c.dtype);
-  std::vector<uint8_t> e = c.base;
-  std::memcpy(e.data() + c.start * w, c.next.data() + c.start * w, c.count * w);
-  return e;
-}
-
-ChunkSpec SpecFor(const CodecCase& c) {
-  return ChunkSpec{{0x1122334455667788ull, 7, 42}, 3, c.dtype, c.start, c.count, c.kind};
-}
 
 int LocationMethodOfSingleBlock(const std::vector<uint8_t>& code) {
   ByteReader r(code);
@@ -352,9 +207,15 @@ TEST(SectionCoding, RoundTripsRawAndZstdAndRejectsWrongLengths) {
   for (const auto* raw : {&small, &zeros, &noise}) {
     std::vector<uint8_t> stored;
     SectionCodec codec = CompressSection(*raw, kDefaultZstdLevel, &stored);
-    if (raw == &zeros) EXPECT_EQ(codec, SectionCodec::kZstd);
-    if (raw == &small) EXPECT_EQ(codec, SectionCodec::kRaw);  // under 64 bytes: never zstd
-    if (codec == SectionCodec::kZstd) EXPECT_LT(stored.size(), raw->size());
+    if (raw == &zeros) {
+      EXPECT_EQ(codec, SectionCodec::kZstd);
+    }
+    if (raw == &small) {
+      EXPECT_EQ(codec, SectionCodec::kRaw);  // under 64 bytes: never zstd
+    }
+    if (codec == SectionCodec::kZstd) {
+      EXPECT_LT(stored.size(), raw->size());
+    }
     std::vector<uint8_t> back;
     ASSERT_TRUE(DecompressSection(codec, stored, raw->size(), &back).ok());
     EXPECT_EQ(back, *raw);
@@ -593,220 +454,12 @@ TEST(LocationCoding, ArbitraryBytesNeverDecodeToPositionsOutsideTheChunk) {
     ASSERT_EQ(pos.size(), expected);
     for (size_t k = 0; k < pos.size(); ++k) {
       ASSERT_LT(pos[k], count);
-      if (k > 0) ASSERT_LT(pos[k - 1], pos[k]);
-    }
-  }
-  EXPECT_GT(accepted, 0);  // the generator does reach valid codes
-}
-
-// ---------------------------------------------------------------------------------------------
-// Payload round trip
-
-void ExpectRoundTrip(const CodecCase& c, const EncodeOptions& opt, const std::string& what) {
-  const uint32_t w = DTypeWidth(c.dtype);
-  const ChunkSpec spec = SpecFor(c);
-  std::span<const uint8_t> base_chunk(c.base.data() + c.start * w, c.count * w);
-  std::span<const uint8_t> next_chunk(c.next.data() + c.start * w, c.count * w);
-  EncodeScratch scratch;
-  std::vector<uint8_t> payload;
-  uint64_t changed = EncodeChunk(spec, base_chunk, next_chunk, opt, &scratch, &payload);
-  ASSERT_EQ(changed, c.changed.size()) << what;
-  if (changed == 0) {
-    EXPECT_TRUE(payload.empty()) << what;
-    return;
-  }
-  // Determinism: fresh and reused scratch, and appending after other bytes, give the same payload.
-  {
-    EncodeScratch fresh;
-    std::vector<uint8_t> again = {1, 2, 3};
-    EXPECT_EQ(EncodeChunk(spec, base_chunk, next_chunk, opt, &fresh, &again), changed);
-    EXPECT_TRUE(std::equal(again.begin() + 3, again.end(), payload.begin(), payload.end())) << what;
-    std::vector<uint8_t> third;
-    EncodeChunk(spec, base_chunk, next_chunk, opt, &scratch, &third);
-    EXPECT_EQ(third, payload) << what;
-  }
-  DecodedChunk d;
-  Status s = DecodePayload(payload, &d);
-  ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
-  EXPECT_EQ(d.spec.identity, spec.identity);
-  EXPECT_EQ(d.spec.tensor_index, spec.tensor_index);
-  EXPECT_EQ(d.spec.dtype, spec.dtype);
-  EXPECT_EQ(d.spec.start, spec.start);
-  EXPECT_EQ(d.spec.count, spec.count);
-  EXPECT_EQ(d.spec.kind, spec.kind);
-  EXPECT_EQ(d.mode, CodecMode::kPlain);
-  ASSERT_EQ(d.changes.positions, c.changed) << what;
-  ASSERT_EQ(d.changes.values.size(), c.changed.size() * w);
-  // Values are XOR masks or new bits, as the kind says.
-  for (size_t k = 0; k < c.changed.size(); k += 1 + k / 4) {
-    uint64_t idx = c.start + c.changed[k];
-    uint64_t v = 0;
-    std::memcpy(&v, d.changes.values.data() + k * w, w);
-    uint64_t want = c.kind == ValueKind::kXor ? (LoadElem(c.base, idx, w) ^ LoadElem(c.next, idx, w))
-                                              : LoadElem(c.next, idx, w);
-    ASSERT_EQ(v, want) << what << " change " << k;
-  }
-  std::vector<uint8_t> tensor = c.base;
-  ASSERT_TRUE(ApplyChunk(d, tensor).ok()) << what;
-  std::vector<uint8_t> want = Expected(c);
-  ASSERT_EQ(tensor.size(), want.size());
-  ASSERT_EQ(std::memcmp(tensor.data(), want.data(), want.size()), 0) << what;
-}
-
-TEST(PayloadRoundTrip, EveryDTypeDensityAndKindGivesExactlyTheNewBits) {
-  std::mt19937_64 rng(10);
-  const int block_logs[] = {3, 6, 9, 12, 16};
-  for (DType t : TestedDTypes()) {
-    for (double density : {0.0, 0.0001, 0.01, 0.3, 1.0}) {
-      for (ValueKind kind : {ValueKind::kXor, ValueKind::kOverwrite}) {
-        for (int rep = 0; rep < 3; ++rep) {
-          // Sparse densities need long chunks to see any change at all.
-          uint64_t count = density < 0.001 ? 100000 + rng() % 150000 : 1 + rng() % 40000;
-          if (rep == 0 && density >= 0.3) count = 1 + rng() % 70;  // tiny chunks too
-          bool runs = rep == 2;
-          CodecCase c = MakeCase(t, kind, count, density, runs, rng);
-          EncodeOptions opt;
-          opt.block_log2 = block_logs[rng() % 5];
-          std::string what = std::string(DTypeName(t)) + " density " + std::to_string(density) +
-                             (kind == ValueKind::kXor ? " xor" : " overwrite") + " count " +
-                             std::to_string(count) + " block 2^" + std::to_string(opt.block_log2) +
-                             (runs ? " runs" : "");
-          ExpectRoundTrip(c, opt, what);
-          if (density == 0.0) EXPECT_TRUE(c.changed.empty());
-          if (density == 1.0) EXPECT_EQ(c.changed.size(), count);
-        }
+      if (k > 0) {
+        ASSERT_LT(pos[k - 1], pos[k]);
       }
     }
   }
-}
-
-// Every ordered pair of special bit patterns (NaN payloads, signed zeros, infinities,
-// subnormals, extremes): a change is seen exactly when the bits differ.
-TEST(PayloadRoundTrip, ChangesBetweenSpecialBitPatternsAreDetectedAndRestoredExactly) {
-  for (DType t : TestedDTypes()) {
-    const uint32_t w = DTypeWidth(t);
-    auto sp = SpecialPatterns(t);
-    const size_t m = sp.size();
-    for (ValueKind kind : {ValueKind::kXor, ValueKind::kOverwrite}) {
-      CodecCase c;
-      c.dtype = t;
-      c.kind = kind;
-      c.start = 0;
-      c.count = c.tensor_elems = m * m;
-      c.base.resize(m * m * w);
-      c.next.resize(m * m * w);
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < m; ++j) {
-          StoreElem(c.base, i * m + j, w, sp[i]);
-          StoreElem(c.next, i * m + j, w, sp[j]);
-          if (i != j) c.changed.push_back(static_cast<uint32_t>(i * m + j));
-        }
-      ExpectRoundTrip(c, EncodeOptions{}, std::string(DTypeName(t)) + " specials");
-    }
-  }
-}
-
-TEST(PayloadRoundTrip, OneElementChunksAndLastElementChangesWork) {
-  for (DType t : TestedDTypes()) {
-    const uint32_t w = DTypeWidth(t);
-    CodecCase c;
-    c.dtype = t;
-    c.kind = ValueKind::kXor;
-    c.start = 5;
-    c.count = 1;
-    c.tensor_elems = 6;  // the chunk is the tensor's last element
-    c.base.assign(6 * w, 0);
-    c.next = c.base;
-    StoreElem(c.next, 5, w, 1);
-    c.changed = {0};
-    ExpectRoundTrip(c, EncodeOptions{}, std::string(DTypeName(t)) + " single");
-  }
-}
-
-TEST(PayloadRoundTrip, IdentityIsReadableWithoutDecoding) {
-  std::vector<uint8_t> base(64, 0), next(64, 0);
-  next[10] = 1;
-  ChunkSpec spec{{0xfedcba9876543210ull, 0xabcdef01u, 0x12345678u}, 9, DType::kU8, 0, 64, ValueKind::kXor};
-  EncodeScratch scratch;
-  std::vector<uint8_t> payload;
-  ASSERT_EQ(EncodeChunk(spec, base, next, EncodeOptions{}, &scratch, &payload), 1u);
-  auto id = PeekPayloadIdentity(payload);
-  ASSERT_TRUE(id.ok());
-  EXPECT_EQ(*id, spec.identity);
-  EXPECT_EQ(PeekPayloadIdentity(std::span<const uint8_t>(payload.data(), 50)).status().code(),
-            StatusCode::kCorrupt);
-}
-
-TEST(PayloadRoundTrip, ByteLayoutMatchesTheDocumentedHeader) {
-  std::vector<uint8_t> base(1000, 0), next(1000, 0);
-  for (int i = 0; i < 1000; i += 100) next[i] = 0x80;
-  ChunkSpec spec{{0x0102030405060708ull, 0x0a0b0c0du, 0x11121314u}, 0x21222324u, DType::kU16, 77, 500,
-                 ValueKind::kOverwrite};
-  EncodeScratch scratch;
-  std::vector<uint8_t> p;
-  ASSERT_EQ(EncodeChunk(spec, base, next, EncodeOptions{}, &scratch, &p), 10u);
-  EXPECT_EQ(LoadLe(p.data(), 4), kPayloadMagic);
-  EXPECT_EQ(LoadLe(p.data() + 4, 2), 1u);
-  EXPECT_EQ(p[6], 0);   // plain mode
-  EXPECT_EQ(p[7], 1);   // overwrite
-  EXPECT_EQ(p[8], DTypeCode(DType::kU16));
-  EXPECT_EQ(p[9], kDefaultLocationBlockLog2);
-  EXPECT_EQ(LoadLe(p.data() + 12, 4), 0x21222324u);
-  EXPECT_EQ(LoadLe(p.data() + 16, 8), 0x0102030405060708ull);
-  EXPECT_EQ(LoadLe(p.data() + 24, 4), 0x0a0b0c0du);
-  EXPECT_EQ(LoadLe(p.data() + 28, 4), 0x11121314u);
-  EXPECT_EQ(LoadLe(p.data() + 32, 8), 77u);
-  EXPECT_EQ(LoadLe(p.data() + 40, 8), 500u);
-  EXPECT_EQ(LoadLe(p.data() + 48, 8), 10u);
-  EXPECT_EQ(LoadLe(p.data() + 72, 8), 20u);  // value section decoded length = n * width
-  EXPECT_EQ(LoadLe(p.data() + 88, 8), 0u);
-  EXPECT_EQ(kPayloadHeaderBytes + LoadLe(p.data() + 64, 8) + LoadLe(p.data() + 80, 8) + kPayloadTrailerBytes,
-            p.size());
-}
-
-TEST(ApplyChunk, RefusesAChunkOutsideTheTensorAndLeavesItUnchanged) {
-  std::vector<uint8_t> base(400, 0), next(400, 0);
-  next[396] = 9;
-  ChunkSpec spec{{1, 0, 0}, 0, DType::kF32, 0, 100, ValueKind::kXor};
-  EncodeScratch scratch;
-  std::vector<uint8_t> p;
-  ASSERT_EQ(EncodeChunk(spec, base, next, EncodeOptions{}, &scratch, &p), 1u);
-  DecodedChunk d;
-  ASSERT_TRUE(DecodePayload(p, &d).ok());
-  std::vector<uint8_t> small(99 * 4, 0x5a);
-  const std::vector<uint8_t> before = small;
-  EXPECT_EQ(ApplyChunk(d, small).code(), StatusCode::kCorrupt);
-  EXPECT_EQ(small, before);
-  std::vector<uint8_t> ragged(401, 0x5a);  // not a whole number of elements
-  const std::vector<uint8_t> ragged_before = ragged;
-  EXPECT_EQ(ApplyChunk(d, ragged).code(), StatusCode::kCorrupt);
-  EXPECT_EQ(ragged, ragged_before);
-}
-
-TEST(ForEachChange, ReportsIndexOldAndNewBitsWithoutModifyingTheTensor) {
-  std::vector<uint8_t> base(8 * 10), next;
-  for (size_t i = 0; i < base.size(); ++i) base[i] = static_cast<uint8_t>(i * 7);
-  next = base;
-  StoreElem(next, 3, 8, 0x7ff8000000000001ull);
-  StoreElem(next, 9, 8, 0x8000000000000000ull);
-  for (ValueKind kind : {ValueKind::kXor, ValueKind::kOverwrite}) {
-    ChunkSpec spec{{1, 0, 0}, 0, DType::kF64, 10, 10, kind};
-    EncodeScratch scratch;
-    std::vector<uint8_t> p;
-    ASSERT_EQ(EncodeChunk(spec, base, next, EncodeOptions{}, &scratch, &p), 2u);
-    DecodedChunk d;
-    ASSERT_TRUE(DecodePayload(p, &d).ok());
-    // The chunk sits at elements [10, 20) of a 20-element tensor.
-    std::vector<uint8_t> tensor(8 * 10, 0);
-    tensor.insert(tensor.end(), base.begin(), base.end());
-    const std::vector<uint8_t> before = tensor;
-    std::vector<std::array<uint64_t, 3>> seen;
-    ForEachChange(d, tensor, [&](uint64_t idx, uint64_t o, uint64_t n) { seen.push_back({idx, o, n}); });
-    EXPECT_EQ(tensor, before);
-    ASSERT_EQ(seen.size(), 2u);
-    EXPECT_EQ(seen[0], (std::array<uint64_t, 3>{13, LoadElem(base, 3, 8), 0x7ff8000000000001ull}));
-    EXPECT_EQ(seen[1], (std::array<uint64_t, 3>{19, LoadElem(base, 9, 8), 0x8000000000000000ull}));
-  }
+  EXPECT_GT(accepted, 0);  // the generator does reach valid codes
 }
 
 }  // namespace

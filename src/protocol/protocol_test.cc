@@ -1,1 +1,611 @@
+// Protocol tests, part 1: state digests and the delta round trip (DiffCheckpoints ->
+// DeltaReader -> ApplyDelta gives exactly the new bits), including determinism across thread
+// counts and chunk sizes. Refusals are in delta_refusal_test.cc.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/checkpoint.h"
+#include "protocol/delta_apply.h"
+#include "protocol/delta_diff.h"
+#include "protocol/delta_file.h"
+#include "protocol/state_digest.h"
+
+namespace dcr {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Test data: a checkpoint of mixed dtypes with special values, empty tensors and a scalar, and a
+// "next" checkpoint that changes some elements of most tensors.
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() / ("dcr_protocol_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& n) const { return (path_ / n).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Tensors {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<TensorToWrite> list;
+  void Add(const std::string& name, DType t, std::vector<uint64_t> shape) {
+    storage.emplace_back(*ShapeElements(shape) * DTypeWidth(t), 0);
+    list.push_back({name, t, std::move(shape), {}, false});
+  }
+  std::vector<uint8_t>& Bytes(const std::string& name) {
+    for (size_t i = 0; i < list.size(); ++i)
+      if (list[i].name == name) return storage[i];
+    ADD_FAILURE() << "no tensor " << name;
+    return storage.at(0);
+  }
+  const std::vector<TensorToWrite>& Bind() {
+    for (size_t i = 0; i < list.size(); ++i) list[i].data = storage[i];
+    return list;
+  }
+};
+
+void Put(std::vector<uint8_t>& b, size_t i, uint32_t w, uint64_t v) { std::memcpy(b.data() + i * w, &v, w); }
+uint64_t Get(const std::vector<uint8_t>& b, size_t i, uint32_t w) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data() + i * w, w);
+  return v;
+}
+
+Tensors MakeBase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensors t;
+  t.Add("attn.q.weight", DType::kBF16, {64, 48});
+  t.Add("attn.bias", DType::kF32, {100});
+  t.Add("big.weight", DType::kBF16, {300, 257});
+  t.Add("dense.weight", DType::kF32, {40, 40});
+  t.Add("empty.weight", DType::kF32, {0, 8});
+  t.Add("ffn.w", DType::kF16, {33, 17});
+  t.Add("fp8.e4m3", DType::kF8E4M3, {300});
+  t.Add("fp8.e5m2", DType::kF8E5M2, {77});
+  t.Add("frozen.weight", DType::kBF16, {128});
+  t.Add("head.f64", DType::kF64, {37});
+  t.Add("int.i8", DType::kI8, {50});
+  t.Add("int.i16", DType::kI16, {20});
+  t.Add("int.i32", DType::kI32, {13});
+  t.Add("int.i64", DType::kI64, {9});
+  t.Add("int.u16", DType::kU16, {20});
+  t.Add("int.u32", DType::kU32, {13});
+  t.Add("int.u64", DType::kU64, {9});
+  t.Add("int.u8", DType::kU8, {50});
+  t.Add("mask.bool", DType::kBool, {40});
+  t.Add("scalar.step", DType::kI64, {});
+  for (size_t i = 0; i < t.list.size(); ++i) {
+    for (auto& b : t.storage[i]) b = static_cast<uint8_t>(rng());
+    if (t.list[i].dtype == DType::kBool)
+      for (auto& b : t.storage[i]) b &= 1;
+  }
+  // Special values in the base: +0.0, a NaN with payload, +inf, the smallest subnormal, -0.0.
+  auto& bias = t.Bytes("attn.bias");
+  const uint32_t specials[] = {0x00000000, 0x7fc00001, 0x7f800000, 0x00000001, 0x80000000, 0x7fc00001};
+  for (size_t i = 0; i < 6; ++i) Put(bias, i, 4, specials[i]);
+  return t;
+}
+
+// Changes ~2% of the elements of most tensors (low-bit flips, as one-ulp steps give), 40% of
+// dense.weight, runs in big.weight, special-value transitions in attn.bias, and the scalar.
+Tensors MakeNext(const Tensors& base, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensors t = base;
+  for (size_t i = 0; i < t.list.size(); ++i) {
+    const std::string& name = t.list[i].name;
+    if (name == "frozen.weight") continue;
+    const uint32_t w = DTypeWidth(t.list[i].dtype);
+    const size_t n = t.storage[i].size() / w;
+    const double p = name == "dense.weight" ? 0.4 : 0.02;
+    std::bernoulli_distribution coin(p);
+    for (size_t e = 0; e < n; ++e) {
+      bool run = name == "big.weight" && (e % 5000) < 60;
+      if (!coin(rng) && !run) continue;
+      uint64_t v = Get(t.storage[i], e, w);
+      uint64_t mask = t.list[i].dtype == DType::kBool ? 1 : (1ull << (1 + rng() % 3)) - 1;
+      Put(t.storage[i], e, w, v ^ mask);
+    }
+    // Every tensor but the frozen one changes at least its last element.
+    if (n > 0) Put(t.storage[i], n - 1, w, Get(base.storage[i], n - 1, w) ^ 1);
+  }
+  auto& bias = t.Bytes("attn.bias");
+  // +0 -> -0, NaN payload 1 -> 2, +inf -> -inf, subnormal 1 -> 2, -0 -> +0, NaN unchanged.
+  const uint32_t specials[] = {0x80000000, 0x7fc00002, 0xff800000, 0x00000002, 0x00000000, 0x7fc00001};
+  for (size_t i = 0; i < 6; ++i) Put(bias, i, 4, specials[i]);
+  Put(t.Bytes("scalar.step"), 0, 8, Get(Tensors(base).Bytes("scalar.step"), 0, 8) + 1);
+  return t;
+}
+
+uint64_t CountChanged(const Tensors& a, const Tensors& b) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < a.list.size(); ++i) {
+    const uint32_t w = DTypeWidth(a.list[i].dtype);
+    for (size_t e = 0; e < a.storage[i].size() / w; ++e) n += Get(a.storage[i], e, w) != Get(b.storage[i], e, w);
+  }
+  return n;
+}
+
+Checkpoint OpenOrDie(const std::string& path, MappedFile::Mode mode = MappedFile::Mode::kReadOnly) {
+  auto c = Checkpoint::Open(path, mode);
+  if (!c.ok()) Fatal(__FILE__, __LINE__, c.status().ToString());
+  return std::move(c).value();
+}
+
+// Every tensor of `c` holds exactly the bytes of `want`.
+void ExpectHolds(const Checkpoint& c, Tensors& want) {
+  want.Bind();
+  ASSERT_EQ(c.tensors().size(), want.list.size());
+  for (size_t i = 0; i < want.list.size(); ++i) {
+    const TensorRef* r = c.Find(want.list[i].name);
+    ASSERT_NE(r, nullptr);
+    ASSERT_EQ(r->bytes.size(), want.storage[i].size());
+    EXPECT_TRUE(std::equal(r->bytes.begin(), r->bytes.end(), want.storage[i].begin(), want.storage[i].end()))
+        << want.list[i].name;
+  }
+}
+
+// Writes base.safetensors and next.safetensors and returns the paths' directory.
+struct Pair {
+  TempDir dir;
+  Tensors base = MakeBase(1), next = MakeNext(base, 2);
+  std::string base_path = dir / "base.safetensors", next_path = dir / "next.safetensors";
+  Pair() {
+    if (!WriteSafetensors(base_path, base.Bind()).ok() || !WriteSafetensors(next_path, next.Bind()).ok())
+      Fatal(__FILE__, __LINE__, "cannot write test checkpoints");
+  }
+  Result<DiffStats> Diff(const std::string& out, DiffOptions opt = {}) {
+    Checkpoint b = OpenOrDie(base_path), n = OpenOrDie(next_path);
+    return DiffCheckpoints(b, n, out, opt);
+  }
+};
+
+Result<ApplyStats> Apply(const std::string& delta, const std::string& target) {
+  auto r = DeltaReader::Open(delta);
+  if (!r.ok()) return r.status();
+  auto t = Checkpoint::Open(target, MappedFile::Mode::kReadWrite);
+  if (!t.ok()) return t.status();
+  return ApplyDelta(*r, *t, ApplyOptions{});
+}
+
+// ---------------------------------------------------------------------------------------------
+// State digest
+
+TEST(StateDigest, IncrementalUpdateEqualsFullRecomputation) {
+  std::mt19937_64 rng(3);
+  for (uint32_t w : {1u, 2u, 4u, 8u}) {
+    const size_t n = 5000;
+    std::vector<uint8_t> bytes(n * w);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    const uint64_t key = TensorKey("layer.0.w");
+    const Digest128 start = DigestElements(key, bytes, w, 0);
+    Digest128 d = start;
+    std::vector<uint8_t> next = bytes;
+    for (int k = 0; k < 300; ++k) {
+      size_t i = rng() % n;
+      uint64_t old_bits = Get(next, i, w), new_bits = rng() & (w == 8 ? ~0ull : (1ull << (8 * w)) - 1);
+      DigestUpdate(&d, key, i, old_bits, new_bits);
+      Put(next, i, w, new_bits);
+    }
+    EXPECT_EQ(d, DigestElements(key, next, w, 0)) << "width " << w;
+    // Updating every element back restores the start digest.
+    for (size_t i = 0; i < n; ++i) DigestUpdate(&d, key, i, Get(next, i, w), Get(bytes, i, w));
+    EXPECT_EQ(d, start);
+  }
+}
+
+TEST(StateDigest, SumDoesNotDependOnOrderOrGrouping) {
+  std::mt19937_64 rng(4);
+  const uint32_t w = 2;
+  std::vector<uint8_t> bytes(2 * 10007);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const uint64_t key = TensorKey("t");
+  const Digest128 full = DigestElements(key, bytes, w, 0);
+  // Random slices, summed in shuffled order.
+  std::vector<std::pair<size_t, size_t>> slices;
+  for (size_t s = 0; s < 10007;) {
+    size_t len = std::min<size_t>(1 + rng() % 900, 10007 - s);
+    slices.push_back({s, len});
+    s += len;
+  }
+  std::shuffle(slices.begin(), slices.end(), rng);
+  Digest128 sum;
+  for (auto [s, len] : slices) sum += DigestElements(key, std::span<const uint8_t>(bytes).subspan(s * w, len * w), w, s);
+  EXPECT_EQ(sum, full);
+  // Element by element, backwards.
+  Digest128 back;
+  for (size_t i = 10007; i-- > 0;) back += ElementHash(key, i, Get(bytes, i, w));
+  EXPECT_EQ(back, full);
+}
+
+TEST(StateDigest, EveryBitTheIndexAndTheTensorNameMatter) {
+  std::vector<uint8_t> bytes(4 * 16, 0);
+  Put(bytes, 3, 4, 0x7fc00001);
+  const uint64_t key = TensorKey("w");
+  const Digest128 d = DigestElements(key, bytes, 4, 0);
+  for (size_t byte = 0; byte < bytes.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      auto b = bytes;
+      b[byte] ^= static_cast<uint8_t>(1u << bit);
+      ASSERT_NE(DigestElements(key, b, 4, 0), d) << "byte " << byte << " bit " << bit;
+    }
+  // -0.0 vs +0.0.
+  EXPECT_NE(ElementHash(key, 0, 0x80000000), ElementHash(key, 0, 0));
+  // Swapping two different elements, shifting the first index, or renaming the tensor.
+  auto swapped = bytes;
+  Put(swapped, 3, 4, 0);
+  Put(swapped, 4, 4, 0x7fc00001);
+  EXPECT_NE(DigestElements(key, swapped, 4, 0), d);
+  EXPECT_NE(DigestElements(key, bytes, 4, 1), d);
+  EXPECT_NE(DigestElements(TensorKey("w2"), bytes, 4, 0), d);
+  EXPECT_EQ(DigestElements(key, {}, 4, 0), Digest128{});
+}
+
+TEST(StateDigest, CheckpointDigestIsTheSameForEveryThreadCountAndShardLayout) {
+  TempDir dir;
+  Tensors t = MakeBase(5);
+  t.Add("huge.u8", DType::kU8, {(1u << 22) + 12345});  // spans two digest slices
+  std::mt19937_64 rng(6);
+  for (auto& b : t.Bytes("huge.u8")) b = static_cast<uint8_t>(rng());
+  ASSERT_TRUE(WriteSafetensors(dir / "one.safetensors", t.Bind()).ok());
+  ASSERT_TRUE(WriteShardedCheckpoint(dir / "sharded", t.list, 4096).ok());
+  Checkpoint one = OpenOrDie(dir / "one.safetensors"), sharded = OpenOrDie(dir / "sharded");
+  const CheckpointDigest d1 = DigestCheckpoint(one, 1);
+  for (int threads : {2, 4}) {
+    CheckpointDigest d = DigestCheckpoint(one, threads);
+    EXPECT_EQ(d.total, d1.total);
+    EXPECT_EQ(d.tensors, d1.tensors);
+  }
+  CheckpointDigest ds = DigestCheckpoint(sharded, 3);
+  EXPECT_EQ(ds.total, d1.total);
+  EXPECT_EQ(ds.tensors, d1.tensors);
+  // Each tensor digest is the plain sum over its elements; the total combines them with the catalog.
+  for (size_t i = 0; i < one.tensors().size(); ++i) {
+    const TensorRef& r = one.tensors()[i];
+    uint32_t w = DTypeWidth(r.dtype());
+    EXPECT_EQ(d1.tensors[i], DigestElements(TensorKey(r.name()), r.bytes, w, 0)) << r.name();
+    if (r.num_elements() == 0) {
+      EXPECT_EQ(d1.tensors[i], Digest128{});
+    }
+  }
+  EXPECT_EQ(d1.total, CombineDigests(one.catalog(), d1.tensors));
+}
+
+TEST(StateDigest, CombinedDigestDependsOnTheCatalog) {
+  const std::vector<Digest128> tensors = {{1, 2}, {3, 4}};
+  const Catalog cat = {{"a", DType::kF32, {2, 3}}, {"b", DType::kBF16, {}}};
+  const Digest128 d = CombineDigests(cat, tensors);
+  auto with = [&](auto edit) {
+    Catalog c = cat;
+    edit(c);
+    return CombineDigests(c, tensors);
+  };
+  EXPECT_NE(with([](Catalog& c) { c[0].name = "a2"; }), d);
+  EXPECT_NE(with([](Catalog& c) { c[0].shape = {3, 2}; }), d);
+  EXPECT_NE(with([](Catalog& c) { c[0].shape = {6}; }), d);
+  EXPECT_NE(with([](Catalog& c) { c[0].dtype = DType::kI32; }), d);
+  EXPECT_NE(CombineDigests(cat, {{1, 2}, {3, 5}}), d);
+  EXPECT_EQ(CombineDigests(cat, tensors), d);
+}
+
+TEST(Digest128, HexIsHighThenLowAndRoundTrips) {
+  Digest128 d{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  EXPECT_EQ(d.ToHex(), "fedcba98765432100123456789abcdef");
+  Digest128 back;
+  ASSERT_TRUE(Digest128::FromHex(d.ToHex(), &back));
+  EXPECT_EQ(back, d);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 1000; ++i) {
+    Digest128 r{rng(), rng()};
+    ASSERT_EQ(r.ToHex().size(), 32u);
+    ASSERT_TRUE(Digest128::FromHex(r.ToHex(), &back));
+    ASSERT_EQ(back, r);
+  }
+  EXPECT_EQ(Digest128{}.ToHex(), std::string(32, '0'));
+}
+
+TEST(Digest128, FromHexRejectsWrongLengthsAndNonHexDigits) {
+  Digest128 out{5, 6};
+  const std::string good = "fedcba98765432100123456789abcdef";
+  EXPECT_FALSE(Digest128::FromHex(good.substr(1), &out));
+  EXPECT_FALSE(Digest128::FromHex(good + "0", &out));
+  EXPECT_FALSE(Digest128::FromHex("", &out));
+  EXPECT_FALSE(Digest128::FromHex("0x" + good.substr(2), &out));
+  EXPECT_FALSE(Digest128::FromHex("g" + good.substr(1), &out));
+  EXPECT_FALSE(Digest128::FromHex(" " + good.substr(1), &out));
+  EXPECT_FALSE(Digest128::FromHex("FEDCBA98765432100123456789ABCDEF", &out));  // lowercase only
+  EXPECT_EQ(out, (Digest128{5, 6}));                                          // untouched on failure
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delta round trip
+
+TEST(DeltaRoundTrip, MixedDTypesSpecialValuesAndEmptyTensorsApplyBitExactly) {
+  Pair p;
+  auto stats = p.Diff(p.dir / "d.dcr");
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  const uint64_t want_changed = CountChanged(p.base, p.next);
+  EXPECT_EQ(stats->changed_elements, want_changed);
+  EXPECT_EQ(stats->wire_bytes, fs::file_size(p.dir / "d.dcr"));
+
+  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const DeltaHeader& h = r->header();
+  EXPECT_EQ(h.tensors.size(), p.base.list.size());
+  EXPECT_EQ(h.changed_elements(), want_changed);
+  EXPECT_EQ(h.base_digest, DigestCheckpoint(OpenOrDie(p.base_path), 1).total);
+  EXPECT_EQ(h.target_digest, DigestCheckpoint(OpenOrDie(p.next_path), 1).total);
+  EXPECT_EQ(h.target_digest, stats->target_digest);
+  // Unchanged and empty tensors have no segment; every tensor's tags are its digests' low bits.
+  for (size_t i = 0; i < h.payloads.size(); ++i) {
+    DecodedPayload d;
+    ASSERT_TRUE(DecodeTablePayload(*r, i, &d).ok());
+    for (const auto& seg : d.segments) {
+      EXPECT_NE(h.tensors[seg.spec.tensor_index].entry.name, "frozen.weight");
+      EXPECT_NE(h.tensors[seg.spec.tensor_index].entry.name, "empty.weight");
+    }
+  }
+  const CheckpointDigest bd = DigestCheckpoint(OpenOrDie(p.base_path), 1);
+  const CheckpointDigest nd = DigestCheckpoint(OpenOrDie(p.next_path), 1);
+  for (size_t t = 0; t < h.tensors.size(); ++t) {
+    EXPECT_EQ(h.tensors[t].base_tag, DigestTag(bd.tensors[t])) << h.tensors[t].entry.name;
+    EXPECT_EQ(h.tensors[t].target_tag, DigestTag(nd.tensors[t])) << h.tensors[t].entry.name;
+  }
+
+  fs::copy_file(p.base_path, p.dir / "target.safetensors");
+  auto applied = Apply(p.dir / "d.dcr", p.dir / "target.safetensors");
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  EXPECT_EQ(applied->changed_elements, want_changed);
+  EXPECT_EQ(applied->target_digest, h.target_digest);
+  // The whole file, header included, is now the next checkpoint's file.
+  EXPECT_EQ(ReadAll(p.dir / "target.safetensors"), ReadAll(p.next_path));
+  Checkpoint target = OpenOrDie(p.dir / "target.safetensors");
+  ExpectHolds(target, p.next);
+  EXPECT_EQ(DigestCheckpoint(target, 2).total, h.target_digest);
+}
+
+TEST(DeltaRoundTrip, ShardedTargetReceivesExactlyTheNewBits) {
+  Pair p;
+  ASSERT_TRUE(p.Diff(p.dir / "d.dcr").ok());
+  ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "target", p.base.Bind(), 8192).ok());
+  ASSERT_GT(OpenOrDie(p.dir / "target").num_files(), 2u);
+  auto applied = Apply(p.dir / "d.dcr", p.dir / "target");
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  Checkpoint target = OpenOrDie(p.dir / "target");
+  EXPECT_TRUE(target.sharded());
+  ExpectHolds(target, p.next);
+  auto diff = FirstDifference(target, OpenOrDie(p.next_path));
+  ASSERT_TRUE(diff.ok());
+  EXPECT_FALSE(diff->has_value());
+}
+
+TEST(DeltaRoundTrip, ShardedAndSingleFileCheckpointsGiveTheSameDeltaFile) {
+  Pair p;
+  ASSERT_TRUE(p.Diff(p.dir / "single.dcr").ok());
+  ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "base_sh", p.base.Bind(), 10000).ok());
+  ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "next_sh", p.next.Bind(), 3000).ok());
+  Checkpoint b = OpenOrDie(p.dir / "base_sh"), n = OpenOrDie(p.dir / "next_sh");
+  ASSERT_TRUE(DiffCheckpoints(b, n, p.dir / "sharded.dcr", DiffOptions{}).ok());
+  EXPECT_EQ(ReadAll(p.dir / "single.dcr"), ReadAll(p.dir / "sharded.dcr"));
+}
+
+TEST(DeltaDeterminism, FileIsByteIdenticalForOneTwoAndFourThreadsAndAnyChunkSize) {
+  Pair p;
+  for (uint64_t chunk_bytes : {kDefaultChunkBytes, uint64_t{4096}, uint64_t{256}, uint64_t{8}}) {
+    std::vector<uint8_t> first;
+    for (int threads : {1, 2, 4}) {
+      DiffOptions opt;
+      opt.threads = threads;
+      opt.chunk_bytes = chunk_bytes;
+      std::string out = p.dir / ("d_" + std::to_string(chunk_bytes) + "_" + std::to_string(threads) + ".dcr");
+      auto s = p.Diff(out, opt);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      auto bytes = ReadAll(out);
+      if (threads == 1) {
+        first = bytes;
+        continue;
+      }
+      EXPECT_EQ(bytes, first) << "chunk " << chunk_bytes << " threads " << threads;
+    }
+  }
+}
+
+TEST(DeltaRoundTrip, SmallChunksSplitTensorsIntoManyPayloadsAndStillApplyExactly) {
+  Pair p;
+  DiffOptions opt;
+  opt.chunk_bytes = 256;  // at most 256 dense bytes per payload
+  auto s = p.Diff(p.dir / "d.dcr", opt);
+  ASSERT_TRUE(s.ok());
+  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  ASSERT_TRUE(r.ok());
+  const DeltaHeader& h = r->header();
+  EXPECT_GT(h.payloads.size(), 200u);
+  EXPECT_EQ(s->payloads, h.payloads.size());
+  std::map<uint32_t, int> payloads_per_tensor;
+  uint64_t changed = 0;
+  for (size_t i = 0; i < h.payloads.size(); ++i) {
+    DecodedPayload d;
+    ASSERT_TRUE(DecodeTablePayload(*r, i, &d).ok());
+    EXPECT_EQ(d.identity.sequence, h.payloads[i].sequence);
+    EXPECT_EQ(d.changed(), h.payloads[i].changed);
+    changed += d.changed();
+    uint64_t dense = 0;
+    for (const auto& seg : d.segments) {
+      dense += seg.spec.count * DTypeWidth(seg.spec.dtype);
+      payloads_per_tensor[seg.spec.tensor_index]++;
+    }
+    EXPECT_LE(dense, 256u) << "payload " << i;
+    if (i > 0) {
+      EXPECT_GT(h.payloads[i].sequence, h.payloads[i - 1].sequence);
+    }
+  }
+  EXPECT_EQ(changed, CountChanged(p.base, p.next));
+  int most = 0;
+  for (auto& [tensor, n] : payloads_per_tensor) most = std::max(most, n);
+  EXPECT_GT(most, 50);  // big.weight alone is cut into hundreds of payloads
+  fs::copy_file(p.base_path, p.dir / "t.safetensors");
+  ASSERT_TRUE(Apply(p.dir / "d.dcr", p.dir / "t.safetensors").ok());
+  EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.next_path));
+}
+
+// With the default payload size every small tensor shares one payload.
+TEST(DeltaRoundTrip, SmallTensorsShareOnePayload) {
+  Pair p;
+  ASSERT_TRUE(p.Diff(p.dir / "d.dcr").ok());
+  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->header().payloads.size(), 1u);
+  DecodedPayload d;
+  ASSERT_TRUE(DecodeTablePayload(*r, 0, &d).ok());
+  EXPECT_EQ(d.segments.size(), p.base.list.size() - 2);  // all but frozen.weight and empty.weight
+}
+
+TEST(DeltaRoundTrip, EveryDecodedChangeTakesTheBaseBitsToTheNextBits) {
+  Pair p;
+  DiffOptions opt;
+  opt.chunk_bytes = 1024;
+  ASSERT_TRUE(p.Diff(p.dir / "d.dcr", opt).ok());
+  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  ASSERT_TRUE(r.ok());
+  Checkpoint base = OpenOrDie(p.base_path), next = OpenOrDie(p.next_path);
+  uint64_t seen = 0;
+  for (size_t i = 0; i < r->header().payloads.size(); ++i) {
+    DecodedPayload d;
+    ASSERT_TRUE(DecodeTablePayload(*r, i, &d).ok());
+    for (const auto& seg : d.segments) {
+      const TensorRef& b = base.tensors()[seg.spec.tensor_index];
+      const TensorRef& n = next.tensors()[seg.spec.tensor_index];
+      const uint32_t w = DTypeWidth(b.dtype());
+      ForEachChange(seg, b.bytes, [&](uint64_t idx, uint64_t o, uint64_t nb) {
+        uint64_t want_old = 0, want_new = 0;
+        std::memcpy(&want_old, b.bytes.data() + idx * w, w);
+        std::memcpy(&want_new, n.bytes.data() + idx * w, w);
+        EXPECT_EQ(o, want_old);
+        EXPECT_EQ(nb, want_new);
+        EXPECT_NE(o, nb);
+        ++seen;
+      });
+    }
+  }
+  EXPECT_EQ(seen, CountChanged(p.base, p.next));
+}
+
+TEST(DeltaRoundTrip, OverwriteKindAppliesBitExactly) {
+  Pair p;
+  DiffOptions opt;
+  opt.kind = ValueKind::kOverwrite;
+  opt.chunk_bytes = 2048;
+  ASSERT_TRUE(p.Diff(p.dir / "ow.dcr", opt).ok());
+  ASSERT_TRUE(p.Diff(p.dir / "xor.dcr").ok());
+  auto r = DeltaReader::Open(p.dir / "ow.dcr");
+  ASSERT_TRUE(r.ok());
+  for (size_t i = 0; i < r->header().payloads.size(); ++i) {
+    DecodedPayload d;
+    ASSERT_TRUE(DecodeTablePayload(*r, i, &d).ok());
+    for (const auto& seg : d.segments) EXPECT_EQ(seg.spec.kind, ValueKind::kOverwrite);
+  }
+  auto x = DeltaReader::Open(p.dir / "xor.dcr");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(r->header().target_digest, x->header().target_digest);
+  EXPECT_NE(ReadAll(p.dir / "ow.dcr"), ReadAll(p.dir / "xor.dcr"));
+
+  fs::copy_file(p.base_path, p.dir / "t.safetensors");
+  auto applied = Apply(p.dir / "ow.dcr", p.dir / "t.safetensors");
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.next_path));
+  ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "sh", p.base.Bind(), 5000).ok());
+  ASSERT_TRUE(Apply(p.dir / "ow.dcr", p.dir / "sh").ok());
+  ExpectHolds(OpenOrDie(p.dir / "sh"), p.next);
+}
+
+TEST(DeltaRoundTrip, IdenticalCheckpointsGiveADeltaWithoutPayloadsThatLeavesTheTargetAsIs) {
+  Pair p;
+  Checkpoint b = OpenOrDie(p.base_path);
+  auto s = DiffCheckpoints(b, b, p.dir / "none.dcr", DiffOptions{});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->changed_elements, 0u);
+  EXPECT_EQ(s->payloads, 0u);
+  auto r = DeltaReader::Open(p.dir / "none.dcr");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->header().payloads.empty());
+  EXPECT_EQ(r->header().base_digest, r->header().target_digest);
+  fs::copy_file(p.base_path, p.dir / "t.safetensors");
+  ASSERT_TRUE(Apply(p.dir / "none.dcr", p.dir / "t.safetensors").ok());
+  EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.base_path));
+}
+
+TEST(DeltaRoundTrip, TransferIdDefaultsToTheBaseDigestHashAndEveryPayloadCarriesIt) {
+  Pair p;
+  ASSERT_TRUE(p.Diff(p.dir / "d.dcr").ok());
+  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->header().transfer_id, DefaultTransferId(DigestCheckpoint(OpenOrDie(p.base_path), 1).total));
+  DiffOptions opt;
+  opt.transfer_id = 0x0123456789abcdefull;
+  ASSERT_TRUE(p.Diff(p.dir / "e.dcr", opt).ok());
+  auto e = DeltaReader::Open(p.dir / "e.dcr");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->header().transfer_id, 0x0123456789abcdefull);
+  ASSERT_FALSE(e->header().payloads.empty());
+  for (size_t i = 0; i < e->header().payloads.size(); ++i) {
+    auto id = PeekPayloadIdentity(e->PayloadBytes(i));
+    ASSERT_TRUE(id.ok());
+    EXPECT_EQ(id->transfer_id, 0x0123456789abcdefull);
+    EXPECT_EQ(id->producer_id, 0u);
+  }
+}
+
+TEST(DeltaRoundTrip, ProgressIsReportedUpToTheTotal) {
+  Pair p;
+  DiffOptions opt;
+  opt.chunk_bytes = 4096;
+  uint64_t last_done = 0, total = 0;
+  int calls = 0;
+  opt.progress = [&](uint64_t done, uint64_t t) {
+    EXPECT_GE(done, last_done);
+    last_done = done, total = t, ++calls;
+  };
+  auto s = p.Diff(p.dir / "d.dcr", opt);
+  ASSERT_TRUE(s.ok());
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(last_done, total);
+  EXPECT_EQ(total, s->dense_bytes);
+}
+
+TEST(DeltaDiff, CatalogMismatchIsRefusedAndNoFileIsWritten) {
+  Pair p;
+  Tensors other = MakeBase(1);
+  other.list[0].shape = {48, 64};
+  ASSERT_TRUE(WriteSafetensors(p.dir / "other.safetensors", other.Bind()).ok());
+  Checkpoint b = OpenOrDie(p.base_path), o = OpenOrDie(p.dir / "other.safetensors");
+  auto s = DiffCheckpoints(b, o, p.dir / "d.dcr", DiffOptions{});
+  EXPECT_EQ(s.status().code(), StatusCode::kMismatch);
+  EXPECT_NE(s.status().message().find("attn.q.weight"), std::string::npos) << s.status().message();
+  EXPECT_FALSE(fs::exists(p.dir / "d.dcr"));
+}
+
+}  // namespace
+}  // namespace dcr
