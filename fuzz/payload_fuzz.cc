@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "codec/bit_stream.h"
@@ -15,8 +16,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dcr::StoreLe(p.data(), dcr::kPayloadMagic, 4);
     dcr::StoreLe(p.data() + p.size() - 8, XXH3_64bits(p.data(), p.size() - 8), 8);
   }
+  // Context-mode payloads decode against a base of arbitrary (here: input-derived) bits.
+  // One buffer per segment: spans handed out must stay valid for the whole decode.
+  std::deque<std::vector<uint8_t>> bases;
+  uint64_t base_total = 0;
+  dcr::BaseLookup base = [&](const dcr::SegmentSpec& s) -> dcr::Result<std::span<const uint8_t>> {
+    const uint64_t n = s.count * dcr::DTypeWidth(s.dtype);
+    if ((base_total += n) > (16u << 20)) return dcr::Corrupt("segments too large for the fuzz base");
+    auto& b = bases.emplace_back(n);
+    for (uint64_t i = 0; i < n; ++i) b[i] = data[i % size];
+    return std::span<const uint8_t>(b);
+  };
   dcr::DecodedPayload out;
-  if (!dcr::DecodePayload(p, &out).ok()) return 0;
+  if (!dcr::DecodePayload(p, &out, base).ok()) return 0;
   for (const auto& seg : out.segments) {
     if (seg.changes.size() == 0 || seg.changes.size() > seg.spec.count) __builtin_trap();
     for (size_t k = 0; k < seg.changes.size(); ++k) {

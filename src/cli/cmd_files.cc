@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/layout_commands.h"
 #include "cli/report.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
@@ -28,11 +29,15 @@ bool LooksLikeDelta(const std::string& path) {
 struct DiffArgs {
   std::string base, next, out;
   bool json = false, overwrite = false, progress = false;
+  std::string codec = "ctx";
   int threads = 0;
   uint64_t chunk_mib = kDefaultChunkBytes >> 20;
+  std::string layout;  // training layout directory: BASE and NEW are shard directories
 };
 
 int RunDiff(const DiffArgs& a) {
+  if (!a.layout.empty())
+    return RunLayoutDiff({a.layout, a.base, a.next, a.out, a.json, a.overwrite, a.progress, a.threads, a.chunk_mib});
   auto base = Checkpoint::Open(a.base);
   if (!base.ok()) return ReportError("diff", base.status());
   auto next = Checkpoint::Open(a.next);
@@ -41,6 +46,7 @@ int RunDiff(const DiffArgs& a) {
   o.threads = a.threads;
   o.kind = a.overwrite ? ValueKind::kOverwrite : ValueKind::kXor;
   o.chunk_bytes = a.chunk_mib << 20;
+  o.encode.context = a.codec == "ctx" ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
   o.progress = MakeProgress("diff", a.progress);
   auto st = DiffCheckpoints(*base, *next, a.out, o);
   if (!st.ok()) return ReportError("diff", st.status());
@@ -76,9 +82,14 @@ struct ApplyArgs {
   std::string delta, target;
   bool json = false, progress = false;
   int threads = 0;
+  std::string layout;  // serving layout directory: TARGET is a shard directory
+  bool no_base_check = false;
 };
 
 int RunApply(const ApplyArgs& a) {
+  if (!a.layout.empty())
+    return RunLayoutApply({a.layout, a.delta, a.target, a.json, a.progress, a.no_base_check, a.threads});
+  if (a.no_base_check) return ReportError("apply", InvalidArgument("--no-base-check needs --layout"));
   auto delta = DeltaReader::Open(a.delta);
   if (!delta.ok()) return ReportError("apply", delta.status());
   auto target = Checkpoint::Open(a.target, MappedFile::Mode::kReadWrite);
@@ -153,17 +164,24 @@ int InspectDelta(const std::string& path, bool json) {
   auto r = DeltaReader::Open(path);
   if (!r.ok()) return ReportError("inspect", r.status());
   const DeltaHeader& h = r->header();
-  // Decoding every payload also verifies it (checksums, structure, catalog ranges).
+  // Every payload's checksum, header and segment table are verified; sections are not decoded
+  // (context-mode payloads would need the base bits).
+  auto payload_where = [](const std::string& p, size_t i) { return p + ": payload " + std::to_string(i); };
   std::map<uint32_t, uint64_t> changed_per_tensor;
   std::map<uint32_t, ValueKind> kind_per_tensor;
   uint64_t segments = 0;
+  uint64_t context_payloads = 0;
   for (size_t i = 0; i < h.payloads.size(); ++i) {
-    DecodedPayload payload;
-    Status s = DecodeTablePayload(*r, i, &payload);
-    if (!s.ok()) return ReportError("inspect", s);
-    for (const auto& seg : payload.segments) {
-      changed_per_tensor[seg.spec.tensor_index] += seg.changes.size();
-      kind_per_tensor[seg.spec.tensor_index] = seg.spec.kind;
+    PayloadLayout payload;
+    Status s = ParsePayload(r->PayloadBytes(i), &payload);
+    if (!s.ok()) return ReportError("inspect", s.WithContext(payload_where(path, i)));
+    context_payloads += payload.mode == CodecMode::kContext;
+    for (size_t k = 0; k < payload.segments.size(); ++k) {
+      const SegmentSpec& seg = payload.segments[k];
+      if (seg.tensor_index >= h.tensors.size())
+        return ReportError("inspect", Corrupt(payload_where(path, i) + ": tensor index out of range"));
+      changed_per_tensor[seg.tensor_index] += payload.changed[k];
+      kind_per_tensor[seg.tensor_index] = seg.kind;
       ++segments;
     }
   }
@@ -179,15 +197,15 @@ int InspectDelta(const std::string& path, bool json) {
     }
     PrintJson({{"kind", "delta"}, {"format_version", h.format_version}, {"payload_format_version", kPayloadFormatVersion},
                {"transfer_id", h.transfer_id}, {"base_digest", h.base_digest.ToHex()},
-               {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()}, {"segments", segments},
+               {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()}, {"context_payloads", context_payloads}, {"segments", segments},
                {"changed_elements", changed}, {"total_elements", total}, {"wire_bytes", r->file_size()},
                {"tensors", tensors}});
     return kExitOk;
   }
   std::printf("dcr delta (format %u, payload format %u)\n", h.format_version, kPayloadFormatVersion);
   std::printf("  base   %s\n  target %s\n", h.base_digest.ToHex().c_str(), h.target_digest.ToHex().c_str());
-  std::printf("  %zu payloads (%llu segments), %s; %llu of %llu elements changed (%.4f%%)\n", h.payloads.size(),
-              static_cast<unsigned long long>(segments), HumanBytes(static_cast<double>(r->file_size())).c_str(),
+  std::printf("  %zu payloads (%llu in context mode, %llu segments), %s; %llu of %llu elements changed (%.4f%%)\n", h.payloads.size(),
+              static_cast<unsigned long long>(context_payloads), static_cast<unsigned long long>(segments), HumanBytes(static_cast<double>(r->file_size())).c_str(),
               static_cast<unsigned long long>(changed),
               static_cast<unsigned long long>(total), total ? 100.0 * static_cast<double>(changed) / static_cast<double>(total) : 0.0);
   for (size_t i = 0; i < h.tensors.size(); ++i) {
@@ -238,9 +256,18 @@ void RegisterFileCommands(CLI::App& app, int* exit_code) {
                  "print one JSON object: changed_elements, total_elements, dense_bytes, wire_bytes, encode_seconds, ...");
   diff->add_option("--threads", diff_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   diff->add_flag("--overwrite", diff_args->overwrite, "code new bits instead of XOR masks");
+  diff->add_option("--codec", diff_args->codec,
+                   "ctx: code each payload in context mode (conditioned on the old bits, which the\n"
+                   "receiver holds) when that is smaller; plain: never (decodable without old bits)")
+      ->check(CLI::IsMember({"ctx", "plain"}))
+      ->capture_default_str();
   diff->add_option("--chunk-mib", diff_args->chunk_mib, "dense MiB covered by one payload at most")
       ->check(CLI::Range(1, 4096));
   diff->add_flag("--progress", diff_args->progress, "show progress even when stderr is not a terminal");
+  diff->add_option("--layout", diff_args->layout,
+                   "training layout directory (`dcr layout generate --role train`): BASE and NEW are then shard\n"
+                   "directories (`dcr shard`); each rank is diffed and its changes projected to the canonical\n"
+                   "tensors, giving an ordinary delta (plain payloads; --codec is ignored)");
   diff->callback([=] { *exit_code = RunDiff(*diff_args); });
 
   auto apply_args = std::make_shared<ApplyArgs>();
@@ -254,6 +281,12 @@ void RegisterFileCommands(CLI::App& app, int* exit_code) {
   apply->add_flag("--json", apply_args->json, "print one JSON object with counts and timings");
   apply->add_option("--threads", apply_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   apply->add_flag("--progress", apply_args->progress, "show progress even when stderr is not a terminal");
+  apply->add_option("--layout", apply_args->layout,
+                    "serving layout directory (`dcr layout generate --role serve`): TARGET is then a shard\n"
+                    "directory; every change is written into each rank's local copies in place");
+  apply->add_flag("--no-base-check", apply_args->no_base_check,
+                  "with --layout: skip the base and target digest checks (needed when the shards hold the\n"
+                  "model only in a rounded dtype, e.g. BF16 served as F16; the delta must be --overwrite)");
   apply->callback([=] { *exit_code = RunApply(*apply_args); });
 
   auto verify_paths = std::make_shared<std::pair<std::string, std::string>>();

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   dcr::cli::RegisterFileCommands(app, &exit_code);
   dcr::cli::RegisterDemoCommand(app, &exit_code);
+  dcr::cli::RegisterLayoutCommands(app, &exit_code);
+  dcr::cli::RegisterBenchCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -150,6 +150,12 @@ class BitReader {
       }
     }
   }
+  // The next nbits (<= 56) without consuming them; missing bits past the end read as 0.
+  uint64_t Peek(int nbits) {
+    Refill();
+    return acc_ & ((1ull << nbits) - 1);
+  }
+  void Fail() { overrun_ = true; }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }

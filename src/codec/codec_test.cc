@@ -25,6 +25,26 @@ int LocationMethodOfSingleBlock(const std::vector<uint8_t>& code) {
   return m;
 }
 
+// The location code of `pos` (ascending, each below `count`) in blocks of 2^block_log2 elements.
+std::vector<uint8_t> LocationCode(const std::vector<uint32_t>& pos, uint64_t count, int block_log2) {
+  std::vector<uint8_t> code;
+  EncodeLocations(pos, count, block_log2, &code);
+  return code;
+}
+
+// Success when `code` decodes, as pos.size() changes among `count` elements in blocks of
+// 2^block_log2, to exactly `pos`, replacing what the output vector held before.
+::testing::AssertionResult DecodesTo(const std::vector<uint8_t>& code, uint64_t count, int block_log2,
+                                     const std::vector<uint32_t>& pos) {
+  std::vector<uint32_t> back = {999};
+  Status s = DecodeLocations(code, count, block_log2, pos.size(), &back);
+  if (!s.ok()) return ::testing::AssertionFailure() << s.ToString();
+  if (back != pos)
+    return ::testing::AssertionFailure() << "decoded " << ::testing::PrintToString(back) << ", want "
+                                         << ::testing::PrintToString(pos);
+  return ::testing::AssertionSuccess();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Byte helpers, varints, bit streams
 
@@ -283,16 +303,10 @@ TEST(LocationCoding, RandomSetsRoundTripForEveryBlockSizeAndDensity) {
         std::bernoulli_distribution coin(density);
         for (uint64_t i = 0; i < count; ++i)
           if (coin(rng)) pos.push_back(static_cast<uint32_t>(i));
-        std::vector<uint8_t> code;
-        EncodeLocations(pos, count, block_log2, &code);
-        std::vector<uint32_t> back = {999};  // cleared by the decoder
-        Status s = DecodeLocations(code, count, block_log2, pos.size(), &back);
-        ASSERT_TRUE(s.ok()) << s.ToString() << " block 2^" << block_log2 << " density " << density;
-        ASSERT_EQ(back, pos);
+        const std::vector<uint8_t> code = LocationCode(pos, count, block_log2);
+        ASSERT_TRUE(DecodesTo(code, count, block_log2, pos)) << " block 2^" << block_log2 << " density " << density;
         // The code is a pure function of its input.
-        std::vector<uint8_t> again;
-        EncodeLocations(pos, count, block_log2, &again);
-        EXPECT_EQ(again, code);
+        EXPECT_EQ(LocationCode(pos, count, block_log2), code);
       }
     }
   }
@@ -302,22 +316,15 @@ TEST(LocationCoding, BlockBoundariesAndTheLastElementRoundTrip) {
   const int block_log2 = 4;
   const uint64_t count = 16 * 5 + 3;  // last block is short
   std::vector<uint32_t> pos = {0, 15, 16, 31, 32, 47, 48, 63, 64, 79, 80, 81, 82};
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, count, block_log2, &code);
-  std::vector<uint32_t> back;
-  ASSERT_TRUE(DecodeLocations(code, count, block_log2, pos.size(), &back).ok());
-  EXPECT_EQ(back, pos);
+  ASSERT_TRUE(DecodesTo(LocationCode(pos, count, block_log2), count, block_log2, pos));
 }
 
 TEST(LocationCoding, ScatteredChangesUseRiceGaps) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 17; p < 65536; p += 997) pos.push_back(p);
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, 65536, 16, &code);
+  const std::vector<uint8_t> code = LocationCode(pos, 65536, 16);
   EXPECT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kRice));
-  std::vector<uint32_t> back;
-  ASSERT_TRUE(DecodeLocations(code, 65536, 16, pos.size(), &back).ok());
-  EXPECT_EQ(back, pos);
+  ASSERT_TRUE(DecodesTo(code, 65536, 16, pos));
 }
 
 TEST(LocationCoding, DenseRandomChangesUseABitmap) {
@@ -325,25 +332,19 @@ TEST(LocationCoding, DenseRandomChangesUseABitmap) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 0; p < 4096; ++p)
     if (rng() % 2) pos.push_back(p);
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, 4096, 16, &code);
+  const std::vector<uint8_t> code = LocationCode(pos, 4096, 16);
   EXPECT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kBitmap));
-  std::vector<uint32_t> back;
-  ASSERT_TRUE(DecodeLocations(code, 4096, 16, pos.size(), &back).ok());
-  EXPECT_EQ(back, pos);
+  ASSERT_TRUE(DecodesTo(code, 4096, 16, pos));
 }
 
 TEST(LocationCoding, ContiguousRunsUseRanges) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 100; p < 3000; ++p) pos.push_back(p);
   for (uint32_t p = 40000; p < 41000; ++p) pos.push_back(p);
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, 65536, 16, &code);
+  const std::vector<uint8_t> code = LocationCode(pos, 65536, 16);
   EXPECT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kRanges));
   EXPECT_LT(code.size(), 16u);
-  std::vector<uint32_t> back;
-  ASSERT_TRUE(DecodeLocations(code, 65536, 16, pos.size(), &back).ok());
-  EXPECT_EQ(back, pos);
+  ASSERT_TRUE(DecodesTo(code, 65536, 16, pos));
 }
 
 // A Rice code whose first unary run is exactly 63 ones fills the reader's first 64-bit window
@@ -352,13 +353,9 @@ TEST(LocationCoding, ContiguousRunsUseRanges) {
 TEST(LocationCoding, RiceRunEndingAtTheLastBitOfTheReaderWindowRoundTrips) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 126; p < 1024; p += 2) pos.push_back(p);
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, 1024, 10, &code);
+  const std::vector<uint8_t> code = LocationCode(pos, 1024, 10);
   ASSERT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kRice));
-  std::vector<uint32_t> back;
-  Status s = DecodeLocations(code, 1024, 10, pos.size(), &back);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(back, pos);
+  ASSERT_TRUE(DecodesTo(code, 1024, 10, pos));
 }
 
 // Long unary runs of every length: one isolated change after a gap of g, then a dense tail
@@ -367,12 +364,7 @@ TEST(LocationCoding, RiceCodesWithLongGapsRoundTrip) {
   for (uint32_t gap = 0; gap < 700; ++gap) {
     std::vector<uint32_t> pos = {gap};
     for (uint32_t p = gap + 2; p < 2048; p += 2) pos.push_back(p);
-    std::vector<uint8_t> code;
-    EncodeLocations(pos, 2048, 11, &code);
-    std::vector<uint32_t> back;
-    Status s = DecodeLocations(code, 2048, 11, pos.size(), &back);
-    ASSERT_TRUE(s.ok()) << "gap " << gap << ": " << s.ToString();
-    ASSERT_EQ(back, pos) << "gap " << gap;
+    ASSERT_TRUE(DecodesTo(LocationCode(pos, 2048, 11), 2048, 11, pos)) << "gap " << gap;
   }
 }
 
@@ -381,10 +373,9 @@ TEST(LocationCoding, EveryStrictPrefixOfAValidCodeIsRejected) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 0; p < 5000; ++p)
     if (rng() % 20 == 0 || (p > 3000 && p < 3100) || (p > 4000 && rng() % 2)) pos.push_back(p);
-  std::vector<uint8_t> code;
-  EncodeLocations(pos, 5000, 8, &code);
+  std::vector<uint8_t> code = LocationCode(pos, 5000, 8);
+  ASSERT_TRUE(DecodesTo(code, 5000, 8, pos));
   std::vector<uint32_t> back;
-  ASSERT_TRUE(DecodeLocations(code, 5000, 8, pos.size(), &back).ok());
   for (size_t len = 0; len < code.size(); ++len) {
     Status s = DecodeLocations(std::span<const uint8_t>(code.data(), len), 5000, 8, pos.size(), &back);
     EXPECT_EQ(s.code(), StatusCode::kCorrupt) << "prefix of " << len << " bytes";

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include "codec/bit_stream.h"
+#include "codec/context_coding.h"
 #include "codec/section_coding.h"
 #include "codec/value_coding.h"
 
@@ -35,13 +36,14 @@ uint64_t DecodedPayload::changed() const {
 uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base,
                                  std::span<const uint8_t> next) {
   DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_);
-  if (changes_.size() > 0) AddChanges(spec, changes_);
+  if (changes_.size() > 0) AddChanges(spec, changes_, base);
   return changes_.size();
 }
 
-void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes) {
+void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base) {
   const uint32_t w = DTypeWidth(spec.dtype);
   DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
+  DCR_CHECK(options_.context == EncodeOptions::Context::kNever || base.size() == spec.count * w);
   DCR_CHECK(segments_ == 0 || spec.tensor_index > last_.tensor_index ||
             (spec.tensor_index == last_.tensor_index && spec.start >= last_.start + last_.count));
   table_.push_back(DTypeCode(spec.dtype));
@@ -51,7 +53,13 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   PutVarint(table_, spec.count);
   PutVarint(table_, changes.size());
   EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
-  ToBytePlanes(changes.values, w, &val_raw_);
+  if (options_.context != EncodeOptions::Context::kNever) {
+    context_segments_.push_back({spec.dtype, base});
+    position_ends_.push_back(positions_.size() + changes.size());
+    positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());
+  }
+  val_raw_.insert(val_raw_.end(), changes.values.begin(), changes.values.end());
+  runs_.push_back({w, changes.size(), {}});
   ++segments_;
   changed_ += changes.size();
   last_ = spec;
@@ -62,15 +70,44 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   const size_t at = out->size();
   out->resize(at + kPayloadHeaderBytes, 0);
   out->insert(out->end(), table_.begin(), table_.end());
+  // Context mode when allowed and smaller: both location codes are near-incompressible, so
+  // their raw sizes decide.
+  CodecMode mode = CodecMode::kPlain;
+  if (options_.context != EncodeOptions::Context::kNever) {
+    std::vector<std::span<const uint32_t>> per_segment;
+    size_t from = 0;
+    for (size_t end : position_ends_) {
+      per_segment.push_back(std::span<const uint32_t>(positions_).subspan(from, end - from));
+      from = end;
+    }
+    context_raw_.clear();
+    EncodeContextLocations(context_segments_, per_segment, &context_raw_);
+    // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
+    // code can exceed it (small segments with many classes, every element changed), so even
+    // kAlways keeps plain mode then.
+    uint64_t loc_bound = 0;
+    for (const ContextSegment& seg : context_segments_)
+      loc_bound += MaxLocationBytes(seg.base.size() / DTypeWidth(seg.dtype), options_.block_log2);
+    if (context_raw_.size() <= loc_bound &&
+        (options_.context == EncodeOptions::Context::kAlways || context_raw_.size() < loc_raw_.size())) {
+      mode = CodecMode::kContext;
+      loc_raw_.swap(context_raw_);
+    }
+  }
   const size_t loc_at = out->size();
   SectionCodec loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
   const size_t val_at = out->size();
-  SectionCodec val_codec = CompressSection(val_raw_, options_.zstd_level, out);
+  uint64_t value_at = 0;
+  for (ValueRun& r : runs_) {
+    r.bytes = std::span<const uint8_t>(val_raw_).subspan(value_at, r.count * r.width);
+    value_at += r.count * r.width;
+  }
+  ValueCodec val_codec = EncodeValues(runs_, options_.zstd_level, out);
 
   uint8_t* h = out->data() + at;
   StoreLe(h + kOffMagic, kPayloadMagic, 4);
   StoreLe(h + kOffVersion, kPayloadFormatVersion, 2);
-  h[kOffMode] = static_cast<uint8_t>(CodecMode::kPlain);
+  h[kOffMode] = static_cast<uint8_t>(mode);
   h[kOffBlockLog2] = static_cast<uint8_t>(options_.block_log2);
   StoreLe(h + kOffTransfer, identity.transfer_id, 8);
   StoreLe(h + kOffProducer, identity.producer_id, 4);
@@ -88,6 +125,10 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   table_.clear();
   loc_raw_.clear();
   val_raw_.clear();
+  runs_.clear();
+  context_segments_.clear();
+  positions_.clear();
+  position_ends_.clear();
   segments_ = 0;
   changed_ = 0;
 }
@@ -99,7 +140,7 @@ Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> p) {
                          static_cast<uint32_t>(LoadLe(p.data() + kOffSequence, 4))};
 }
 
-Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out) {
+Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (p.size() < kPayloadHeaderBytes + kPayloadTrailerBytes)
     return Corrupt("payload of " + std::to_string(p.size()) + " bytes is shorter than its header");
   const uint8_t* h = p.data();
@@ -109,14 +150,14 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out) {
   if (version != kPayloadFormatVersion)
     return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +
                        std::to_string(kPayloadFormatVersion) + ")");
-  if (h[kOffMode] != static_cast<uint8_t>(CodecMode::kPlain)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
+  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContext)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
   const int block_log2 = h[kOffBlockLog2];
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
-  if (h[kOffLocCodec] > 1 || h[kOffValCodec] > 1) return Corrupt("payload section codec unknown");
+  if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffman))
+    return Corrupt("payload section codec unknown");
   if (LoadLe(h + kOffReserved16, 2) != 0 || LoadLe(h + kOffReserved32, 4) != 0) return Corrupt("payload reserved field is not zero");
   const uint64_t nseg = LoadLe(h + kOffSegments, 4), table_len = LoadLe(h + kOffTableLen, 4);
-  const uint64_t loc_raw = LoadLe(h + kOffLocRaw, 8), loc_stored = LoadLe(h + kOffLocStored, 8);
-  const uint64_t val_raw = LoadLe(h + kOffValRaw, 8), val_stored = LoadLe(h + kOffValStored, 8);
+  const uint64_t loc_stored = LoadLe(h + kOffLocStored, 8), val_stored = LoadLe(h + kOffValStored, 8);
   const uint64_t body = p.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
   if (table_len > body || loc_stored > body - table_len || val_stored != body - table_len - loc_stored)
     return Corrupt("payload section sizes disagree with the payload size");
@@ -124,21 +165,28 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out) {
 
   // Segment table: every rule is checked before any section is decompressed, so the sizes it
   // implies bound the memory decoding may use.
-  DecodedPayload& d = *out;
+  PayloadLayout& d = *out;
   d.identity = {LoadLe(h + kOffTransfer, 8), static_cast<uint32_t>(LoadLe(h + kOffProducer, 4)),
                 static_cast<uint32_t>(LoadLe(h + kOffSequence, 4))};
-  d.mode = CodecMode::kPlain;
-  d.segments.resize(nseg);
+  d.mode = static_cast<CodecMode>(h[kOffMode]);
+  d.block_log2 = block_log2;
+  d.loc_codec = static_cast<SectionCodec>(h[kOffLocCodec]);
+  d.val_codec = static_cast<ValueCodec>(h[kOffValCodec]);
+  d.loc_raw = LoadLe(h + kOffLocRaw, 8);
+  d.val_raw = LoadLe(h + kOffValRaw, 8);
+  d.loc_stored = p.subspan(kPayloadHeaderBytes + table_len, loc_stored);
+  d.val_stored = p.subspan(kPayloadHeaderBytes + table_len + loc_stored, val_stored);
+  d.segments.assign(nseg, {});
+  d.changed.assign(nseg, 0);
   ByteReader table(p.subspan(kPayloadHeaderBytes, table_len));
   uint64_t loc_bound = 0, val_expect = 0;
-  std::vector<uint64_t> changed(nseg);
   for (uint64_t i = 0; i < nseg; ++i) {
-    SegmentSpec& s = d.segments[i].spec;
+    SegmentSpec& s = d.segments[i];
     const std::string where = "payload segment " + std::to_string(i);
     uint8_t dtype = 0, kind = 0;
     uint64_t tensor = 0;
     if (!table.ReadByte(&dtype) || !table.ReadByte(&kind) || !table.ReadVarint(&tensor) || !table.ReadVarint(&s.start) ||
-        !table.ReadVarint(&s.count) || !table.ReadVarint(&changed[i]))
+        !table.ReadVarint(&s.count) || !table.ReadVarint(&d.changed[i]))
       return Corrupt(where + ": truncated segment table");
     auto dt = DTypeFromCode(dtype);
     if (!dt) return Corrupt(where + ": dtype code " + std::to_string(dtype));
@@ -149,38 +197,67 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out) {
     s.tensor_index = static_cast<uint32_t>(tensor);
     if (s.count == 0 || s.count > kMaxSegmentElements) return Corrupt(where + ": element count " + std::to_string(s.count));
     if (s.start > UINT64_MAX / 8 - s.count) return Corrupt(where + ": range overflows");
-    if (changed[i] == 0 || changed[i] > s.count)
-      return Corrupt(where + ": " + std::to_string(changed[i]) + " changes in " + std::to_string(s.count) + " elements");
+    if (d.changed[i] == 0 || d.changed[i] > s.count)
+      return Corrupt(where + ": " + std::to_string(d.changed[i]) + " changes in " + std::to_string(s.count) + " elements");
     if (i > 0) {
-      const SegmentSpec& q = d.segments[i - 1].spec;
+      const SegmentSpec& q = d.segments[i - 1];
       if (s.tensor_index < q.tensor_index || (s.tensor_index == q.tensor_index && s.start < q.start + q.count))
         return Corrupt(where + ": segments out of order or overlapping");
     }
     loc_bound += MaxLocationBytes(s.count, block_log2);
-    val_expect += changed[i] * DTypeWidth(s.dtype);
+    val_expect += d.changed[i] * DTypeWidth(s.dtype);
   }
   if (table.remaining() != 0) return Corrupt("payload segment table has trailing bytes");
-  if (val_raw != val_expect) return Corrupt("payload value section size disagrees with its segments");
-  if (loc_raw > loc_bound) return Corrupt("payload location section larger than its segments allow");
+  if (d.val_raw != val_expect) return Corrupt("payload value section size disagrees with its segments");
+  if (d.loc_raw > loc_bound) return Corrupt("payload location section larger than its segments allow");
+  return Status::Ok();
+}
 
-  std::vector<uint8_t> loc, planes;
-  auto loc_bytes = p.subspan(kPayloadHeaderBytes + table_len, loc_stored);
-  auto val_bytes = p.subspan(kPayloadHeaderBytes + table_len + loc_stored, val_stored);
-  DCR_RETURN_IF_ERROR(DecompressSection(static_cast<SectionCodec>(h[kOffLocCodec]), loc_bytes, loc_raw, &loc)
+Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base) {
+  PayloadLayout layout;
+  DCR_RETURN_IF_ERROR(ParsePayload(p, &layout));
+  const size_t nseg = layout.segments.size();
+  DecodedPayload& d = *out;
+  d.identity = layout.identity;
+  d.mode = layout.mode;
+  d.segments.resize(nseg);
+  for (size_t i = 0; i < nseg; ++i) {
+    d.segments[i].spec = layout.segments[i];
+    d.segments[i].changes.width = DTypeWidth(layout.segments[i].dtype);
+  }
+
+  std::vector<uint8_t> loc;
+  DCR_RETURN_IF_ERROR(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc)
                           .WithContext("payload location section"));
-  DCR_RETURN_IF_ERROR(DecompressSection(static_cast<SectionCodec>(h[kOffValCodec]), val_bytes, val_raw, &planes)
-                          .WithContext("payload value section"));
-  std::span<const uint8_t> loc_rest(loc), val_rest(planes);
-  for (uint64_t i = 0; i < nseg; ++i) {
-    DecodedSegment& seg = d.segments[i];
-    const uint32_t w = DTypeWidth(seg.spec.dtype);
+  std::vector<ValueRun> runs(nseg);
+  std::vector<std::vector<uint8_t>*> value_outs(nseg);
+  std::vector<std::vector<uint32_t>*> position_outs(nseg);
+  for (size_t i = 0; i < nseg; ++i) {
+    runs[i] = {d.segments[i].changes.width, layout.changed[i], {}};
+    value_outs[i] = &d.segments[i].changes.values;
+    position_outs[i] = &d.segments[i].changes.positions;
+  }
+  DCR_RETURN_IF_ERROR(DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section"));
+
+  if (layout.mode == CodecMode::kContext) {
+    if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
+    std::vector<ContextSegment> segs(nseg);
+    for (size_t i = 0; i < nseg; ++i) {
+      DCR_ASSIGN_OR_RETURN(std::span<const uint8_t> old, base(layout.segments[i]));
+      if (old.size() != layout.segments[i].count * d.segments[i].changes.width)
+        return Internal("base lookup returned " + std::to_string(old.size()) + " bytes for a segment of " +
+                        std::to_string(layout.segments[i].count) + " elements");
+      segs[i] = {layout.segments[i].dtype, old};
+    }
+    return DecodeContextLocations(loc, segs, layout.changed, position_outs).WithContext("payload location section");
+  }
+  std::span<const uint8_t> loc_rest(loc);
+  for (size_t i = 0; i < nseg; ++i) {
     size_t used = 0;
-    DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(loc_rest, seg.spec.count, block_log2, changed[i], &seg.changes.positions, &used)
+    DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, layout.changed[i],
+                                              position_outs[i], &used)
                             .WithContext("payload segment " + std::to_string(i)));
     loc_rest = loc_rest.subspan(used);
-    seg.changes.width = w;
-    FromBytePlanes(val_rest.first(changed[i] * w), w, &seg.changes.values);
-    val_rest = val_rest.subspan(changed[i] * w);
   }
   if (!loc_rest.empty()) return Corrupt("payload location section has " + std::to_string(loc_rest.size()) + " trailing bytes");
   return Status::Ok();

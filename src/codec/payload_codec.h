@@ -11,12 +11,16 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "codec/diff.h"
+#include "codec/context_coding.h"
 #include "codec/location_coding.h"
+#include "codec/section_coding.h"
+#include "codec/value_coding.h"
 #include "format/dtype.h"
 
 namespace dcr {
@@ -31,7 +35,8 @@ inline constexpr size_t kPayloadTrailerBytes = 8;  // xxh3-64 of everything befo
 inline constexpr uint64_t kMaxSegmentElements = UINT32_MAX;
 
 enum class CodecMode : uint8_t {
-  kPlain = 0,  // decoding needs no old bits (applying an XOR does)
+  kPlain = 0,    // decoding needs no old bits (applying an XOR does)
+  kContext = 1,  // locations are coded per class of old value: decoding reads the old bits
 };
 
 // Who sent a payload and where it sits in its transfer; a retry resends identical bytes.
@@ -53,6 +58,9 @@ struct SegmentSpec {
 struct EncodeOptions {
   int block_log2 = kDefaultLocationBlockLog2;
   int zstd_level = 3;
+  // Context mode needs the receiver to hold the old bits to decode (it always does to apply);
+  // tools without them need plain. kWhenSmaller picks per payload; kAlways is for tests.
+  enum class Context { kNever, kWhenSmaller, kAlways } context = Context::kNever;
 };
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish
@@ -62,10 +70,12 @@ class PayloadBuilder {
   explicit PayloadBuilder(const EncodeOptions& options = {}) : options_(options) {}
 
   // Diffs base vs next (the segment's bytes in both) and adds the segment if anything changed.
-  // Returns the number of changed elements.
+  // Returns the number of changed elements. Unless context is kNever, `base` must stay valid until
+  // Finish.
   uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next);
-  // Adds a segment from an already computed, non-empty change set.
-  void AddChanges(const SegmentSpec& spec, const ChangeSet& changes);
+  // Adds a segment from an already computed, non-empty change set. `base` (the segment's old
+  // bytes) is needed unless context is kNever; it must stay valid until Finish.
+  void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {});
   // The change set of the last AddDiff (valid until the next Add*).
   const ChangeSet& last_changes() const { return changes_; }
 
@@ -77,7 +87,13 @@ class PayloadBuilder {
  private:
   EncodeOptions options_;
   ChangeSet changes_;
-  std::vector<uint8_t> table_, loc_raw_, val_raw_;
+  std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: values, segment after segment
+  std::vector<ValueRun> runs_;
+  // Context mode inputs, kept until Finish: each segment's old bytes and positions.
+  std::vector<ContextSegment> context_segments_;
+  std::vector<uint32_t> positions_;
+  std::vector<size_t> position_ends_;
+  std::vector<uint8_t> context_raw_;
   size_t segments_ = 0;
   uint64_t changed_ = 0;
   SegmentSpec last_{};
@@ -98,8 +114,29 @@ struct DecodedPayload {
 // Reads the identity without verifying anything else (for routing and deduplication).
 Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> payload);
 
-// Verifies and decodes one payload. Failures are kCorrupt, or kUnsupported for other versions.
-Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out);
+// A payload's verified header and segment table, with its sections still coded.
+struct PayloadLayout {
+  PayloadIdentity identity;
+  CodecMode mode = CodecMode::kPlain;
+  int block_log2 = 0;
+  SectionCodec loc_codec = SectionCodec::kRaw;
+  ValueCodec val_codec = ValueCodec::kPlanesRaw;
+  uint64_t loc_raw = 0, val_raw = 0;
+  std::span<const uint8_t> loc_stored, val_stored;  // views into the payload
+  std::vector<SegmentSpec> segments;
+  std::vector<uint64_t> changed;  // per segment
+};
+
+// Verifies checksum, header and segment table (everything but the sections' contents).
+Status ParsePayload(std::span<const uint8_t> payload, PayloadLayout* out);
+
+// Supplies a segment's old bytes (count × width) for context-mode decoding, or an error if the
+// segment does not fit the receiver's tensor.
+using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentSpec&)>;
+
+// Verifies and decodes one payload. Failures are kCorrupt, or kUnsupported for other versions
+// and for a context-mode payload when no `base` is given.
+Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {});
 
 // Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
 Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);

@@ -2,9 +2,78 @@
 
 #include <cstring>
 
-#include "base/status.h"
+#include "codec/bit_stream.h"
+#include "codec/huffman.h"
+#include "codec/section_coding.h"
 
 namespace dcr {
+namespace {
+
+// Values below kEscape are their own symbol; larger ones are coded as kEscape and their bytes
+// follow raw. 12 bits cover every BF16/F16 XOR mask that stays within mantissa and exponent LSBs.
+constexpr uint32_t kAlphabet = kHuffmanMaxSymbols;
+constexpr uint32_t kEscape = kAlphabet - 1;
+
+uint64_t LoadValue(const uint8_t* p, uint32_t w) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, w);
+  return v;
+}
+
+// Symbol Huffman stored form: table, varint escape-byte count, escape bytes, bit stream.
+void EncodeHuffman(std::span<const ValueRun> runs, const HuffmanEncoder& code, uint64_t escape_bytes,
+                   std::vector<uint8_t>* out) {
+  code.WriteTable(out);
+  PutVarint(*out, escape_bytes);
+  for (const ValueRun& r : runs)
+    for (uint64_t i = 0; i < r.count; ++i) {
+      const uint8_t* p = r.bytes.data() + i * r.width;
+      if (LoadValue(p, r.width) >= kEscape) out->insert(out->end(), p, p + r.width);
+    }
+  BitWriter w(*out);
+  for (const ValueRun& r : runs)
+    for (uint64_t i = 0; i < r.count; ++i) {
+      uint64_t v = LoadValue(r.bytes.data() + i * r.width, r.width);
+      code.Put(w, v >= kEscape ? kEscape : static_cast<uint32_t>(v));
+    }
+  w.Flush();
+}
+
+Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                     std::span<std::vector<uint8_t>* const> outs) {
+  ByteReader r(stored);
+  HuffmanDecoder code;
+  DCR_RETURN_IF_ERROR(code.ReadTable(r, kAlphabet));
+  uint64_t escape_len = 0;
+  std::span<const uint8_t> escapes;
+  if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes)) return Corrupt("value escapes truncated");
+  BitReader bits(r.Rest());
+  size_t e = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ValueRun& run = runs[k];
+    std::vector<uint8_t>& out = *outs[k];
+    out.assign(run.count * run.width, 0);
+    for (uint64_t i = 0; i < run.count; ++i) {
+      uint32_t sym = code.Get(bits);
+      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
+      uint8_t* dst = out.data() + i * run.width;
+      if (sym < kEscape) {
+        if (run.width == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
+        StoreLe(dst, sym, run.width == 1 ? 1 : 2);
+        continue;
+      }
+      if (escapes.size() - e < run.width) return Corrupt("value escapes exhausted");
+      std::memcpy(dst, escapes.data() + e, run.width);
+      e += run.width;
+      if (LoadValue(dst, run.width) < kEscape) return Corrupt("escaped value below the escape threshold");
+    }
+  }
+  if (e != escapes.size()) return Corrupt("unused value escapes");
+  if (bits.bytes_consumed() != r.remaining()) return Corrupt("trailing bytes after the value symbols");
+  return Status::Ok();
+}
+
+}  // namespace
 
 void ToBytePlanes(std::span<const uint8_t> values, uint32_t width, std::vector<uint8_t>* planes) {
   DCR_CHECK(width > 0 && values.size() % width == 0);
@@ -12,10 +81,6 @@ void ToBytePlanes(std::span<const uint8_t> values, uint32_t width, std::vector<u
   size_t at = planes->size();
   planes->resize(at + values.size());
   uint8_t* out = planes->data() + at;
-  if (width == 1) {
-    std::memcpy(out, values.data(), n);
-    return;
-  }
   for (size_t i = 0; i < n; ++i)
     for (uint32_t b = 0; b < width; ++b) out[b * n + i] = values[i * width + b];
 }
@@ -25,12 +90,60 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
   const size_t n = planes.size() / width;
   values->resize(planes.size());
   uint8_t* out = values->data();
-  if (width == 1) {
-    std::memcpy(out, planes.data(), n);
-    return;
-  }
   for (size_t i = 0; i < n; ++i)
     for (uint32_t b = 0; b < width; ++b) out[i * width + b] = planes[b * n + i];
+}
+
+ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out) {
+  std::vector<uint64_t> freq(kAlphabet, 0);
+  uint64_t values = 0, escape_bytes = 0, raw_bytes = 0;
+  for (const ValueRun& r : runs) {
+    DCR_CHECK(r.bytes.size() == r.count * r.width);
+    values += r.count;
+    raw_bytes += r.bytes.size();
+    for (uint64_t i = 0; i < r.count; ++i) {
+      uint64_t v = LoadValue(r.bytes.data() + i * r.width, r.width);
+      if (v >= kEscape) escape_bytes += r.width;
+      ++freq[v >= kEscape ? kEscape : v];
+    }
+  }
+  DCR_CHECK(values > 0);
+  HuffmanEncoder code(freq);
+  const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;
+  // Few escapes: the symbol code is near the entropy and zstd is not worth running.
+  const bool huffman_only = escape_bytes * 20 < raw_bytes;
+  std::vector<uint8_t> planes;
+  if (!huffman_only) {
+    for (const ValueRun& r : runs) ToBytePlanes(r.bytes, r.width, &planes);
+    std::vector<uint8_t> packed;
+    SectionCodec c = CompressSection(planes, zstd_level, &packed);
+    if (packed.size() < huffman_bytes) {
+      out->insert(out->end(), packed.begin(), packed.end());
+      return c == SectionCodec::kZstd ? ValueCodec::kPlanesZstd : ValueCodec::kPlanesRaw;
+    }
+  }
+  EncodeHuffman(runs, code, escape_bytes, out);
+  return ValueCodec::kHuffman;
+}
+
+Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                    std::span<std::vector<uint8_t>* const> outs) {
+  DCR_CHECK(runs.size() == outs.size());
+  if (codec == ValueCodec::kHuffman) return DecodeHuffman(stored, runs, outs);
+  if (codec != ValueCodec::kPlanesRaw && codec != ValueCodec::kPlanesZstd)
+    return Corrupt("value codec " + std::to_string(static_cast<int>(codec)));
+  uint64_t total = 0;
+  for (const ValueRun& r : runs) total += r.count * r.width;
+  std::vector<uint8_t> planes;
+  DCR_RETURN_IF_ERROR(DecompressSection(codec == ValueCodec::kPlanesZstd ? SectionCodec::kZstd : SectionCodec::kRaw,
+                                        stored, total, &planes));
+  uint64_t at = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const uint64_t n = runs[k].count * runs[k].width;
+    FromBytePlanes(std::span<const uint8_t>(planes).subspan(at, n), runs[k].width, outs[k]);
+    at += n;
+  }
+  return Status::Ok();
 }
 
 }  // namespace dcr

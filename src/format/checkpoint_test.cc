@@ -1,13 +1,12 @@
 // Writing safetensors files, sharded checkpoints, catalog comparison and FirstDifference.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,34 +15,21 @@
 #include "format/checkpoint.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
+#include "testing/tensor_set.h"
+#include "testing/test_files.h"
 
 namespace dcr {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("dcr_checkpoint_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
+using test::ReadAll;
+using test::TempDir;
+using test::Tensors;
+using test::WriteAll;
 
- private:
-  fs::path path_;
-};
+constexpr char kDirPrefix[] = "dcr_checkpoint_test_";
 
-std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-void WriteAll(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -51,30 +37,6 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Owns the bytes of tensors to write.
-struct Tensors {
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<TensorToWrite> list;
-  void Add(const std::string& name, DType t, std::vector<uint64_t> shape, std::mt19937_64& rng) {
-    uint64_t n = *ShapeElements(shape) * DTypeWidth(t);
-    std::vector<uint8_t> b(n);
-    for (auto& x : b) x = static_cast<uint8_t>(rng());
-    storage.push_back(std::move(b));
-    list.push_back({name, t, std::move(shape), {}, false});
-  }
-  std::vector<uint8_t>& Bytes(const std::string& name) {
-    for (size_t i = 0; i < list.size(); ++i)
-      if (list[i].name == name) return storage[i];
-    ADD_FAILURE() << "no tensor " << name;
-    return storage.at(0);
-  }
-  // Spans are bound after all Adds, since storage may reallocate.
-  const std::vector<TensorToWrite>& Bind() {
-    for (size_t i = 0; i < list.size(); ++i) list[i].data = storage[i];
-    return list;
-  }
-};
 
 // One tensor of every dtype, plus scalars and empty tensors; deliberately not in name order.
 Tensors AllDTypes(uint64_t seed) {
@@ -109,7 +71,7 @@ void ExpectCheckpointHolds(const Checkpoint& c, const std::vector<TensorToWrite>
 }
 
 TEST(WriteSafetensors, EveryDTypeScalarAndEmptyTensorRoundTripsBitExactly) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors t = AllDTypes(1);
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", "7"}};
   ASSERT_TRUE(WriteSafetensors(dir / "m.safetensors", t.Bind(), meta).ok());
@@ -132,7 +94,7 @@ TEST(WriteSafetensors, EveryDTypeScalarAndEmptyTensorRoundTripsBitExactly) {
 }
 
 TEST(WriteSafetensors, SameInputGivesByteIdenticalFiles) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors a = AllDTypes(2), b = AllDTypes(2);
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", a.Bind()).ok());
   ASSERT_TRUE(WriteSafetensors(dir / "b.safetensors", b.Bind()).ok());
@@ -140,7 +102,7 @@ TEST(WriteSafetensors, SameInputGivesByteIdenticalFiles) {
 }
 
 TEST(WriteSafetensors, SparseTensorsReadAsZeros) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   std::vector<TensorToWrite> t = {{"hole", DType::kF32, {1000}, {}, true}};
   ASSERT_TRUE(WriteSafetensors(dir / "s.safetensors", t).ok());
   auto c = Checkpoint::Open(dir / "s.safetensors");
@@ -150,7 +112,7 @@ TEST(WriteSafetensors, SparseTensorsReadAsZeros) {
 }
 
 TEST(WriteSafetensors, WrongDataSizeOrDuplicateNameIsRefusedAndNoFileAppears) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   std::vector<uint8_t> bytes(12);
   std::vector<TensorToWrite> short_data = {{"w", DType::kF32, {4}, bytes, false}};
   Status s = WriteSafetensors(dir / "x.safetensors", short_data);
@@ -165,7 +127,7 @@ TEST(WriteSafetensors, WrongDataSizeOrDuplicateNameIsRefusedAndNoFileAppears) {
 }
 
 TEST(Checkpoint, ReadWriteMappingWritesThroughToTheFile) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors t = AllDTypes(3);
   ASSERT_TRUE(WriteSafetensors(dir / "m.safetensors", t.Bind()).ok());
   {
@@ -183,7 +145,7 @@ TEST(Checkpoint, ReadWriteMappingWritesThroughToTheFile) {
 }
 
 TEST(Checkpoint, DirectoryWithOneFileOpensAndOtherwiseIsNotFound) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors t = AllDTypes(4);
   EXPECT_EQ(Checkpoint::Open(dir.str()).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(WriteSafetensors(dir / "only.safetensors", t.Bind()).ok());
@@ -196,7 +158,7 @@ TEST(Checkpoint, DirectoryWithOneFileOpensAndOtherwiseIsNotFound) {
 }
 
 TEST(ShardedCheckpoint, WrittenShardsOpenAsOneCheckpointWithTheSameBits) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors t = AllDTypes(5);
   ASSERT_TRUE(WriteShardedCheckpoint(dir / "ckpt", t.Bind(), 64).ok());
   auto c = Checkpoint::Open(dir / "ckpt");
@@ -253,7 +215,7 @@ class ShardIndexTest : public ::testing::Test {
   }
   Status Open() { return Checkpoint::Open(dir_ / "ckpt").status(); }
 
-  TempDir dir_;
+  TempDir dir_{kDirPrefix};
   Tensors t_;
   std::string index_, original_;
 };
@@ -331,21 +293,27 @@ TEST(CompareCatalogs, NamesTheFirstDifferenceInCatalogOrder) {
   check({{"a", DType::kF32, {2, 1}}, {"b", DType::kBF16, {3, 4}}, {"c", DType::kU8, {5}}}, {"'a'"});
 }
 
+// FirstDifference of the checkpoints at `a` and `b`; a failure to open either is returned.
+Result<std::optional<TensorDifference>> FirstDifferenceOf(const std::string& a, const std::string& b) {
+  auto ca = Checkpoint::Open(a);
+  if (!ca.ok()) return ca.status();
+  auto cb = Checkpoint::Open(b);
+  if (!cb.ok()) return cb.status();
+  return FirstDifference(*ca, *cb);
+}
+
 TEST(FirstDifference, IdenticalCheckpointsHaveNone) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   Tensors t = AllDTypes(7);
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", t.Bind()).ok());
   ASSERT_TRUE(WriteShardedCheckpoint(dir / "b", t.list, 100).ok());
-  auto a = Checkpoint::Open(dir / "a.safetensors");
-  auto b = Checkpoint::Open(dir / "b");
-  ASSERT_TRUE(a.ok() && b.ok());
-  auto d = FirstDifference(*a, *b);
+  auto d = FirstDifferenceOf(dir / "a.safetensors", dir / "b");
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d->has_value());
 }
 
 TEST(FirstDifference, ReportsTheFirstDifferingElementInCatalogOrder) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   std::mt19937_64 rng(8);
   Tensors a, b;
   a.Add("m.bf16", DType::kBF16, {4, 5}, rng);
@@ -361,10 +329,7 @@ TEST(FirstDifference, ReportsTheFirstDifferingElementInCatalogOrder) {
   b.storage[2][100] ^= 1;
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", a.Bind()).ok());
   ASSERT_TRUE(WriteSafetensors(dir / "b.safetensors", b.Bind()).ok());
-  auto ca = Checkpoint::Open(dir / "a.safetensors");
-  auto cb = Checkpoint::Open(dir / "b.safetensors");
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  auto d = FirstDifference(*ca, *cb);
+  auto d = FirstDifferenceOf(dir / "a.safetensors", dir / "b.safetensors");
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->has_value());
   EXPECT_EQ((*d)->tensor, "n.f32");
@@ -377,7 +342,7 @@ TEST(FirstDifference, ReportsTheFirstDifferingElementInCatalogOrder) {
 }
 
 TEST(FirstDifference, FindsADifferenceBeyondTheFirstMebibyteInTheHighByteOfAnElement) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   std::mt19937_64 rng(9);
   Tensors a, b;
   a.Add("w", DType::kU16, {3 << 20}, rng);
@@ -386,27 +351,21 @@ TEST(FirstDifference, FindsADifferenceBeyondTheFirstMebibyteInTheHighByteOfAnEle
   b.storage[0][element * 2 + 1] ^= 0x40;      // the high byte only
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", a.Bind()).ok());
   ASSERT_TRUE(WriteSafetensors(dir / "b.safetensors", b.Bind()).ok());
-  auto ca = Checkpoint::Open(dir / "a.safetensors");
-  auto cb = Checkpoint::Open(dir / "b.safetensors");
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  auto d = FirstDifference(*ca, *cb);
+  auto d = FirstDifferenceOf(dir / "a.safetensors", dir / "b.safetensors");
   ASSERT_TRUE(d.ok() && d->has_value());
   EXPECT_EQ((*d)->element, element);
   EXPECT_EQ((*d)->a_bits ^ (*d)->b_bits, 0x4000u);
 }
 
 TEST(FirstDifference, DifferentCatalogsAreAMismatch) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   std::mt19937_64 rng(10);
   Tensors a, b;
   a.Add("w", DType::kF32, {4}, rng);
   b.Add("w", DType::kI32, {4}, rng);
   ASSERT_TRUE(WriteSafetensors(dir / "a.safetensors", a.Bind()).ok());
   ASSERT_TRUE(WriteSafetensors(dir / "b.safetensors", b.Bind()).ok());
-  auto ca = Checkpoint::Open(dir / "a.safetensors");
-  auto cb = Checkpoint::Open(dir / "b.safetensors");
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  auto d = FirstDifference(*ca, *cb);
+  auto d = FirstDifferenceOf(dir / "a.safetensors", dir / "b.safetensors");
   EXPECT_EQ(d.status().code(), StatusCode::kMismatch);
   EXPECT_TRUE(Contains(d.status().message(), "'w'"));
 }

@@ -10,6 +10,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Old bytes of a segment from the target, for context-mode decoding; refuses segments that do
+// not fit the target's catalog.
+BaseLookup TargetLookup(const Checkpoint& target) {
+  return [&target](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+    const auto& tensors = target.tensors();
+    if (s.tensor_index >= tensors.size()) return Corrupt("segment names tensor " + std::to_string(s.tensor_index) + ", out of range");
+    const TensorRef& t = tensors[s.tensor_index];
+    const uint64_t w = DTypeWidth(t.dtype()), n = t.num_elements();
+    if (s.dtype != t.dtype() || s.start > n || s.count > n - s.start)
+      return Corrupt("segment [" + std::to_string(s.start) + ", +" + std::to_string(s.count) + ") " +
+                     std::string(DTypeName(s.dtype)) + " does not fit tensor '" + t.name() + "'");
+    return t.bytes.subspan(s.start * w, s.count * w);
+  };
+}
+
 }  // namespace
 
 Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, const ApplyOptions& options) {
@@ -37,6 +52,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
                      h.base_digest.ToHex() + "; nothing was written");
   }
 
+  const BaseLookup lookup = TargetLookup(target);
   // (3)+(4) Decode every payload and fold its changes into the digest, still read-only.
   auto t1 = Clock::now();
   const size_t np = h.payloads.size();
@@ -44,7 +60,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);  // first and last segment
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload));
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup));
     for (const DecodedSegment& seg : payload.segments) {
       const TensorRef& t = tensors[seg.spec.tensor_index];
       const uint64_t key = TensorKey(t.name());
@@ -77,7 +93,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   auto t2 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload));
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup));
     for (const DecodedSegment& seg : payload.segments)
       DCR_RETURN_IF_ERROR(ApplySegment(seg, tensors[seg.spec.tensor_index].mutable_bytes));
     return Status::Ok();

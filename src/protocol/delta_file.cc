@@ -64,7 +64,7 @@ struct Fields {
   Status Tag(const char* key, uint32_t* out) const {
     const Json* v;
     DCR_RETURN_IF_ERROR(Get(key, &v));
-    if (!v->is_number_unsigned() || v->get<uint64_t>() > UINT32_MAX) return Corrupt(where + ": \"" + key + "\" is not a u32");
+    if (!v->is_number_unsigned() || v->get<uint64_t>() > 0xffff) return Corrupt(where + ": \"" + key + "\" is not a u16");
     *out = static_cast<uint32_t>(v->get<uint64_t>());
     return Status::Ok();
   }
@@ -287,12 +287,12 @@ std::span<const uint8_t> DeltaReader::PayloadBytes(size_t i) const {
   return file_.bytes().subspan(p.offset, p.length);
 }
 
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out) {
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base) {
   const DeltaHeader& h = reader.header();
   const PayloadEntry& e = h.payloads[i];
   const std::string where = reader.path() + ": payload " + std::to_string(i) + " (bytes " + std::to_string(e.offset) +
                             ".." + std::to_string(e.offset + e.length) + ")";
-  Status s = DecodePayload(reader.PayloadBytes(i), out);
+  Status s = DecodePayload(reader.PayloadBytes(i), out, base);
   if (!s.ok()) return s.WithContext(where);
   if (out->identity.transfer_id != h.transfer_id || out->identity.sequence != e.sequence || out->changed() != e.changed)
     return Corrupt(where + ": payload identity or change count disagrees with the delta's payload table");

@@ -24,16 +24,17 @@ inline constexpr uint32_t kDeltaFormatVersion = 1;
 inline constexpr size_t kDeltaTailBytes = 32;
 inline constexpr uint64_t kMaxDeltaFooterBytes = 1ull << 30;
 
-// Per-tensor digests are recorded only as 32-bit tags (DigestTag): the 128-bit checkpoint
-// digests verify, the tags only name the tensor that failed. Full per-tensor digests would cost
-// 32 incompressible bytes per tensor on the wire.
+// Per-tensor digests are recorded only as 16-bit tags (DigestTag): the 128-bit checkpoint
+// digests verify, the tags only name the tensor that failed (a wrong tensor escapes naming with
+// probability 2^-16, never verification). Full per-tensor digests would cost 32 incompressible
+// bytes per tensor on every delta.
 struct DeltaTensor {
   CatalogEntry entry;
   uint32_t base_tag = 0, target_tag = 0;
 };
 
-// The low 32 bits of a tensor digest.
-inline uint32_t DigestTag(const Digest128& d) { return static_cast<uint32_t>(d.lo); }
+// The low 16 bits of a tensor digest.
+inline uint32_t DigestTag(const Digest128& d) { return static_cast<uint32_t>(d.lo & 0xffff); }
 
 struct PayloadEntry {
   uint64_t offset = 0, length = 0;  // byte range in the file
@@ -101,8 +102,9 @@ class DeltaReader {
 };
 
 // Decodes payload i of `reader` and checks it against its table entry and the catalog: identity,
-// change count, and every segment's tensor index, dtype and range.
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out);
+// change count, and every segment's tensor index, dtype and range. Context-mode payloads need
+// `base` (the target's current bits).
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base = {});
 
 // Checks that the segments of consecutive payloads continue the strict (tensor, start) order:
 // `prev` is the last segment of payload i-1, `next` the first of payload i.

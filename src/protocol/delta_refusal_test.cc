@@ -1,14 +1,11 @@
 // Protocol tests, part 2: every refused apply leaves the target exactly as it was, checked by
 // state digest and by comparing the raw bytes of every file of the target before and after.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
-#include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -17,11 +14,16 @@
 #include <vector>
 
 #include "codec/bit_stream.h"
+#include "codec/context_coding.h"
+#include "codec/payload_codec.h"
+#include "codec/section_coding.h"
 #include "format/checkpoint.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
 #include "protocol/delta_file.h"
 #include "protocol/state_digest.h"
+#include "testing/tensor_set.h"
+#include "testing/test_files.h"
 
 namespace dcr {
 namespace {
@@ -29,29 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("dcr_refusal_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& n) const { return (path_ / n).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-void WriteAll(const std::string& path, std::span<const uint8_t> b) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
+using test::ReadAll;
+using test::TempDir;
+using test::Tensors;
+using test::WriteAll;
 
 // Every regular file under `path` (or `path` itself), by relative name.
 std::map<std::string, std::vector<uint8_t>> ReadTree(const std::string& path) {
@@ -64,21 +47,6 @@ std::map<std::string, std::vector<uint8_t>> ReadTree(const std::string& path) {
     if (e.is_regular_file()) out[fs::relative(e.path(), path).string()] = ReadAll(e.path().string());
   return out;
 }
-
-struct Tensors {
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<TensorToWrite> list;
-  void Add(const std::string& name, DType t, std::vector<uint64_t> shape, std::mt19937_64& rng) {
-    std::vector<uint8_t> b(*ShapeElements(shape) * DTypeWidth(t));
-    for (auto& x : b) x = static_cast<uint8_t>(rng());
-    storage.push_back(std::move(b));
-    list.push_back({name, t, std::move(shape), {}, false});
-  }
-  const std::vector<TensorToWrite>& Bind() {
-    for (size_t i = 0; i < list.size(); ++i) list[i].data = storage[i];
-    return list;
-  }
-};
 
 Tensors MakeBase() {
   std::mt19937_64 rng(101);
@@ -182,16 +150,31 @@ class DeltaRefusal : public ::testing::Test {
     next_ = MakeNext(base_);
     ASSERT_TRUE(WriteSafetensors(dir_ / "base.safetensors", base_.Bind()).ok());
     ASSERT_TRUE(WriteSafetensors(dir_ / "next.safetensors", next_.Bind()).ok());
-    Checkpoint b = OpenOrDie(dir_ / "base.safetensors"), n = OpenOrDie(dir_ / "next.safetensors");
     DiffOptions opt;
     opt.chunk_bytes = 1024;  // several payloads per tensor
-    ASSERT_TRUE(DiffCheckpoints(b, n, delta_, opt).ok());
+    ASSERT_TRUE(Diff(delta_, opt).ok());
     delta_bytes_ = ReadAll(delta_);
     fs::copy_file(dir_ / "base.safetensors", target_);
     auto r = DeltaReader::Open(delta_);
     ASSERT_TRUE(r.ok());
     header_ = r->header();
     ASSERT_GT(header_.payloads.size(), 5u);
+  }
+
+  // Writes the delta from base.safetensors to next.safetensors to `out`.
+  Status Diff(const std::string& out, const DiffOptions& opt) {
+    Checkpoint b = OpenOrDie(dir_ / "base.safetensors"), n = OpenOrDie(dir_ / "next.safetensors");
+    return DiffCheckpoints(b, n, out, opt).status();
+  }
+
+  // The payloads of the unedited delta, in table order.
+  std::vector<RawPayload> Payloads() const {
+    std::vector<RawPayload> payloads;
+    for (const auto& e : header_.payloads)
+      payloads.push_back({std::vector<uint8_t>(delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset),
+                                               delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
+                          e.sequence, e.changed});
+    return payloads;
   }
 
   // Applying `delta` to `target` fails with `code` and leaves every byte of the target as it was.
@@ -211,7 +194,7 @@ class DeltaRefusal : public ::testing::Test {
     ExpectRefusedUnchanged(dir_ / "edited.dcr", target_, code, what);
   }
 
-  TempDir dir_;
+  TempDir dir_{"dcr_refusal_test_"};
   Tensors base_, next_;
   std::string delta_ = dir_ / "d.dcr", target_ = dir_ / "target.safetensors";
   std::vector<uint8_t> delta_bytes_;
@@ -314,11 +297,7 @@ TEST_F(DeltaRefusal, FlippedFooterOrTailByteIsCorruptAndTargetUnchanged) {
 TEST_F(DeltaRefusal, ReassembledUneditedDeltaOpensAndApplies) {
   // The edit helpers themselves produce valid files when nothing is edited.
   DeltaParts p = Split(delta_bytes_);
-  std::vector<RawPayload> payloads;
-  for (const auto& e : header_.payloads)
-    payloads.push_back({std::vector<uint8_t>(delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset),
-                                             delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
-                        e.sequence, e.changed});
+  std::vector<RawPayload> payloads = Payloads();
   SetPayloads(p, payloads);
   EXPECT_TRUE(std::equal(p.region.begin(), p.region.end(), delta_bytes_.begin()));
   WriteAll(dir_ / "joined.dcr", Join(p));
@@ -360,7 +339,7 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
       {"tensors unsorted", [](Json& f) { std::swap(f["tensors"][0], f["tensors"][1]); }, StatusCode::kCorrupt},
       {"unknown dtype", [](Json& f) { f["tensors"][0]["dtype"] = "F4"; }, StatusCode::kCorrupt},
       {"negative dimension", [](Json& f) { f["tensors"][0]["shape"][0] = -1; }, StatusCode::kCorrupt},
-      {"tag beyond u32", [](Json& f) { f["tensors"][0]["base_tag"] = 1ull << 32; }, StatusCode::kCorrupt},
+      {"tag beyond u16", [](Json& f) { f["tensors"][0]["base_tag"] = 1ull << 16; }, StatusCode::kCorrupt},
       {"format name", [](Json& f) { f["format"] = "other"; }, StatusCode::kCorrupt},
       {"version 2", [](Json& f) { f["version"] = 2; }, StatusCode::kUnsupported},
       {"missing payloads", [](Json& f) { f.erase("payloads"); }, StatusCode::kCorrupt},
@@ -378,14 +357,8 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
 // formed, but its changes no longer produce the recorded target digest.
 TEST_F(DeltaRefusal, MissingPayloadIsCaughtByTheTargetDigestAndTargetUnchanged) {
   DeltaParts p = Split(delta_bytes_);
-  std::vector<RawPayload> payloads;
-  for (size_t i = 0; i < header_.payloads.size(); ++i) {
-    const auto& e = header_.payloads[i];
-    if (i == 3) continue;
-    payloads.push_back({std::vector<uint8_t>(delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset),
-                                             delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
-                        e.sequence, e.changed});
-  }
+  std::vector<RawPayload> payloads = Payloads();
+  payloads.erase(payloads.begin() + 3);
   SetPayloads(p, payloads);
   const auto bytes = Join(p);
   WriteAll(dir_ / "dropped.dcr", bytes);
@@ -398,11 +371,7 @@ TEST_F(DeltaRefusal, MissingPayloadIsCaughtByTheTargetDigestAndTargetUnchanged) 
 // elements twice (and leave payload 3's changes out).
 TEST_F(DeltaRefusal, ReplayedPayloadUnderAnotherSequenceIsCorruptAndTargetUnchanged) {
   DeltaParts p = Split(delta_bytes_);
-  std::vector<RawPayload> payloads;
-  for (const auto& e : header_.payloads)
-    payloads.push_back({std::vector<uint8_t>(delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset),
-                                             delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
-                        e.sequence, e.changed});
+  std::vector<RawPayload> payloads = Payloads();
   RawPayload replay = payloads[2];
   StoreLe(replay.bytes.data() + 20, payloads[3].sequence, 4);  // header field: sequence
   ResignPayload(replay.bytes);
@@ -451,11 +420,7 @@ TEST_F(DeltaRefusal, SegmentOverlappingThePreviousPayloadIsCorruptEvenWhenNoElem
   builder.Finish(p3.identity, &overlapping.bytes);
 
   DeltaParts parts = Split(delta_bytes_);
-  std::vector<RawPayload> payloads;
-  for (const auto& e : header_.payloads)
-    payloads.push_back({std::vector<uint8_t>(delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset),
-                                             delta_bytes_.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
-                        e.sequence, e.changed});
+  std::vector<RawPayload> payloads = Payloads();
   payloads[3] = overlapping;
   SetPayloads(parts, payloads);
   const auto bytes = Join(parts);
@@ -467,11 +432,10 @@ TEST_F(DeltaRefusal, SegmentOverlappingThePreviousPayloadIsCorruptEvenWhenNoElem
 // A payload replaced by a valid payload of another transfer for the same segments (same table
 // row, re-signed footer): its transfer id betrays it.
 TEST_F(DeltaRefusal, PayloadFromAnotherTransferIsCorruptAndTargetUnchanged) {
-  Checkpoint b = OpenOrDie(dir_ / "base.safetensors"), n = OpenOrDie(dir_ / "next.safetensors");
   DiffOptions opt;
   opt.chunk_bytes = 1024;
   opt.transfer_id = 77;
-  ASSERT_TRUE(DiffCheckpoints(b, n, dir_ / "other.dcr", opt).ok());
+  ASSERT_TRUE(Diff(dir_ / "other.dcr", opt).ok());
   const auto other = ReadAll(dir_ / "other.dcr");
   DeltaParts mine = Split(delta_bytes_), theirs = Split(other);
   ASSERT_EQ(mine.region.size(), theirs.region.size());
@@ -484,10 +448,9 @@ TEST_F(DeltaRefusal, PayloadFromAnotherTransferIsCorruptAndTargetUnchanged) {
 }
 
 TEST_F(DeltaRefusal, OverwriteDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
-  Checkpoint b = OpenOrDie(dir_ / "base.safetensors"), n = OpenOrDie(dir_ / "next.safetensors");
   DiffOptions opt;
   opt.kind = ValueKind::kOverwrite;
-  ASSERT_TRUE(DiffCheckpoints(b, n, dir_ / "ow.dcr", opt).ok());
+  ASSERT_TRUE(Diff(dir_ / "ow.dcr", opt).ok());
   Tensors off = base_;
   off.storage[0][0] ^= 0x80;
   ASSERT_TRUE(WriteSafetensors(dir_ / "off.safetensors", off.Bind()).ok());
@@ -506,6 +469,208 @@ TEST_F(DeltaRefusal, ReadOnlyTargetIsRefusedAndUnchanged) {
   auto s = ApplyDelta(*r, *t, ApplyOptions{});
   EXPECT_EQ(s.status().code(), StatusCode::kInternal);
   EXPECT_EQ(ReadAll(target_), before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context mode: decoding reads the target's old bits, so a wrong target must be refused before
+// any payload is decoded against it, and payloads that decode to other positions are caught.
+
+// The payloads of the delta file at `path`, in table order.
+std::vector<RawPayload> PayloadsOf(const std::string& path) {
+  auto r = DeltaReader::Open(path);
+  EXPECT_TRUE(r.ok());
+  const auto bytes = ReadAll(path);
+  std::vector<RawPayload> out;
+  for (const auto& e : r->header().payloads)
+    out.push_back({std::vector<uint8_t>(bytes.begin() + static_cast<ptrdiff_t>(e.offset),
+                                        bytes.begin() + static_cast<ptrdiff_t>(e.offset + e.length)),
+                   e.sequence, e.changed});
+  return out;
+}
+
+// `payload` with its location section replaced by `loc` stored raw, re-signed (docs/format.md §2:
+// table length at 28, location codec at 32, location raw and stored lengths at 40 and 48).
+std::vector<uint8_t> WithRawLocationSection(const std::vector<uint8_t>& payload, const std::vector<uint8_t>& loc) {
+  const uint64_t table_len = LoadLe(payload.data() + 28, 4), loc_stored = LoadLe(payload.data() + 48, 8);
+  const size_t loc_at = kPayloadHeaderBytes + table_len;
+  std::vector<uint8_t> q(payload.begin(), payload.begin() + static_cast<ptrdiff_t>(loc_at));
+  q.insert(q.end(), loc.begin(), loc.end());
+  q.insert(q.end(), payload.begin() + static_cast<ptrdiff_t>(loc_at + loc_stored), payload.end());
+  q[32] = 0;
+  StoreLe(q.data() + 40, loc.size(), 8);
+  StoreLe(q.data() + 48, loc.size(), 8);
+  ResignPayload(q);
+  return q;
+}
+
+TEST_F(DeltaRefusal, ContextDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
+  DiffOptions opt;
+  opt.chunk_bytes = 1024;
+  opt.encode.context = EncodeOptions::Context::kAlways;
+  const std::string ctx = dir_ / "ctx.dcr";
+  ASSERT_TRUE(Diff(ctx, opt).ok());
+  auto r = DeltaReader::Open(ctx);
+  ASSERT_TRUE(r.ok());
+  size_t context_payloads = 0;
+  for (size_t i = 0; i < r->header().payloads.size(); ++i) {
+    PayloadLayout l;
+    ASSERT_TRUE(ParsePayload(r->PayloadBytes(i), &l).ok());
+    context_payloads += l.mode == CodecMode::kContext;
+  }
+  ASSERT_GT(context_payloads, 0u);
+  // The target already holds the next bits (a second apply).
+  fs::copy_file(dir_ / "next.safetensors", dir_ / "at_next.safetensors");
+  ExpectRefusedUnchanged(ctx, dir_ / "at_next.safetensors", StatusCode::kWrongBase);
+  // One element differs from the base, in its exponent: its class, and so the meaning of the
+  // class code, differs too.
+  Tensors off = base_;
+  off.storage[6][101] ^= 0x01;  // g.bf16 element 50, lowest exponent bit
+  ASSERT_TRUE(WriteSafetensors(dir_ / "off.safetensors", off.Bind()).ok());
+  ExpectRefusedUnchanged(ctx, dir_ / "off.safetensors", StatusCode::kWrongBase);
+  ASSERT_TRUE(WriteShardedCheckpoint(dir_ / "off_sharded", off.list, 2000).ok());
+  ExpectRefusedUnchanged(ctx, dir_ / "off_sharded", StatusCode::kWrongBase);
+  // An unrelated checkpoint of the same catalog.
+  Tensors other = base_;
+  std::mt19937_64 rng(103);
+  for (auto& t : other.storage)
+    for (auto& b : t) b = static_cast<uint8_t>(rng());
+  ASSERT_TRUE(WriteSafetensors(dir_ / "other.safetensors", other.Bind()).ok());
+  ExpectRefusedUnchanged(ctx, dir_ / "other.safetensors", StatusCode::kWrongBase);
+  // The right base applies, after which the delta is refused.
+  ASSERT_TRUE(Apply(ctx, target_).ok());
+  EXPECT_EQ(ReadAll(target_), ReadAll(dir_ / "next.safetensors"));
+  ExpectRefusedUnchanged(ctx, target_, StatusCode::kWrongBase);
+}
+
+TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingClassCodesAreCorruptAndTargetUnchanged) {
+  DiffOptions opt;
+  opt.chunk_bytes = 1024;
+  opt.encode.context = EncodeOptions::Context::kAlways;
+  const std::string ctx = dir_ / "ctx.dcr";
+  ASSERT_TRUE(Diff(ctx, opt).ok());
+  const auto file = ReadAll(ctx);
+  const std::vector<RawPayload> payloads = PayloadsOf(ctx);
+  // Flipped bytes inside a context payload fail its checksum.
+  {
+    auto r = DeltaReader::Open(ctx);
+    ASSERT_TRUE(r.ok());
+    const auto& e = r->header().payloads[1];
+    auto bytes = file;
+    bytes[e.offset + e.length / 2] ^= 0x10;
+    ExpectRefusedUnchanged(bytes, StatusCode::kCorrupt, "flipped byte");
+  }
+  // Re-signed context payloads with edited class tables (docs/format.md §2.6: varint C, then C ×
+  // {u8 id, varint k, u8 r}, then the Rice bits).
+  int edited = 0;
+  for (size_t i = 0; i < payloads.size() && edited < 6; ++i) {
+    PayloadLayout l;
+    ASSERT_TRUE(ParsePayload(payloads[i].bytes, &l).ok());
+    if (l.mode != CodecMode::kContext) continue;
+    std::vector<uint8_t> raw;
+    ASSERT_TRUE(DecompressSection(l.loc_codec, l.loc_stored, l.loc_raw, &raw).ok());
+    ByteReader rd(raw);
+    uint64_t classes = 0;
+    ASSERT_TRUE(rd.ReadVarint(&classes));
+    if (classes < 2) continue;
+    uint8_t id0 = 0, rice0 = 0, id1 = 0;
+    uint64_t k0 = 0;
+    ASSERT_TRUE(rd.ReadByte(&id0) && rd.ReadVarint(&k0) && rd.ReadByte(&rice0) && rd.ReadByte(&id1));
+    if (k0 >= 127) continue;  // keep the edits to one-byte varints
+    const size_t at_id0 = 1, at_k0 = 2, at_rice0 = 3, at_id1 = 4;
+    struct Edit {
+      const char* what;
+      std::function<void(std::vector<uint8_t>&)> apply;
+    };
+    const std::vector<Edit> edits = {
+        {"no classes", [](std::vector<uint8_t>& c) { c[0] = 0; }},
+        {"class ids not ascending", [&](std::vector<uint8_t>& c) { c[at_id1] = c[at_id0]; }},
+        {"first class count + 1", [&](std::vector<uint8_t>& c) { c[at_k0] += 1; }},
+        {"rice 31", [&](std::vector<uint8_t>& c) { c[at_rice0] = 31; }},
+        {"trailing byte", [](std::vector<uint8_t>& c) { c.push_back(0); }},
+        {"last byte missing", [](std::vector<uint8_t>& c) { c.pop_back(); }},
+    };
+    for (const Edit& e : edits) {
+      auto loc = raw;
+      e.apply(loc);
+      auto q = payloads;
+      q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
+      DeltaParts parts = Split(file);
+      SetPayloads(parts, q);
+      ExpectRefusedUnchanged(Join(parts), StatusCode::kCorrupt, std::string(e.what) + " in payload " + std::to_string(i));
+    }
+    // One change moved from the first class to the second keeps the total: refused, by the
+    // structural checks or by the target digest.
+    if (k0 > 1) {
+      auto loc = raw;
+      loc[at_k0] -= 1;
+      ByteReader r2(std::span<const uint8_t>(loc).subspan(at_id1 + 1));
+      uint64_t k1 = 0;
+      ASSERT_TRUE(r2.ReadVarint(&k1));
+      if (k1 < 127) {
+        loc[at_id1 + 1] += 1;
+        auto q = payloads;
+        q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
+        DeltaParts parts = Split(file);
+        SetPayloads(parts, q);
+        ExpectRefusedUnchanged(Join(parts), StatusCode::kCorrupt, "moved change in payload " + std::to_string(i));
+      }
+    }
+    ++edited;
+  }
+  EXPECT_GT(edited, 0);
+}
+
+// A context payload re-signed with a well-formed class code for other positions (one change moved
+// to an unchanged neighbour): it decodes, and only the target digest refuses it.
+TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDigestAndTargetUnchanged) {
+  DiffOptions opt;
+  opt.chunk_bytes = 1024;
+  opt.encode.context = EncodeOptions::Context::kAlways;
+  const std::string ctx = dir_ / "ctx.dcr";
+  ASSERT_TRUE(Diff(ctx, opt).ok());
+  const auto file = ReadAll(ctx);
+  const std::vector<RawPayload> payloads = PayloadsOf(ctx);
+  Checkpoint base = OpenOrDie(dir_ / "base.safetensors");
+  BaseLookup lookup = [&base](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+    const TensorRef& t = base.tensors().at(s.tensor_index);
+    const uint64_t w = DTypeWidth(t.dtype());
+    return t.bytes.subspan(s.start * w, s.count * w);
+  };
+  int tried = 0;
+  for (size_t i = 0; i < payloads.size() && tried < 3; ++i) {
+    DecodedPayload d;
+    ASSERT_TRUE(DecodePayload(payloads[i].bytes, &d, lookup).ok());
+    if (d.mode != CodecMode::kContext) continue;
+    // Move the first change whose next element is unchanged.
+    std::vector<std::vector<uint32_t>> positions;
+    std::vector<ContextSegment> segs;
+    bool moved = false;
+    for (auto& seg : d.segments) {
+      auto pos = seg.changes.positions;
+      for (size_t k = 0; k < pos.size() && !moved; ++k)
+        if (pos[k] + 1 < seg.spec.count && (k + 1 == pos.size() || pos[k + 1] != pos[k] + 1)) pos[k] += 1, moved = true;
+      positions.push_back(pos);
+      segs.push_back({seg.spec.dtype, *lookup(seg.spec)});
+    }
+    ASSERT_TRUE(moved);
+    std::vector<std::span<const uint32_t>> views(positions.begin(), positions.end());
+    std::vector<uint8_t> loc;
+    EncodeContextLocations(segs, views, &loc);
+    auto q = payloads;
+    q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
+    DecodedPayload e;
+    Status s = DecodePayload(q[i].bytes, &e, lookup);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (size_t k = 0; k < e.segments.size(); ++k) EXPECT_EQ(e.segments[k].changes.positions, positions[k]);
+    DeltaParts parts = Split(file);
+    SetPayloads(parts, q);
+    const auto bytes = Join(parts);
+    ExpectRefusedUnchanged(bytes, StatusCode::kCorrupt, "payload " + std::to_string(i));
+    auto st = Apply(dir_ / "edited.dcr", target_);
+    EXPECT_NE(st.status().message().find("target digest"), std::string::npos) << st.status().ToString();
+    ++tried;
+  }
+  EXPECT_GT(tried, 0);
 }
 
 }  // namespace

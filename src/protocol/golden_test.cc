@@ -5,11 +5,10 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
+#include "testing/test_files.h"
 
 namespace dcr {
 namespace {
@@ -17,10 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kGolden = fs::path(DCR_SOURCE_DIR) / "testdata/golden/v1";
 
-std::vector<uint8_t> ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using test::ReadAll;
+using test::TempDir;
 
 // Base and target: every width, special float bits, an empty tensor, a scalar, and a tensor
 // with contiguous, scattered and dense changes (so all three location codes appear).
@@ -61,9 +58,13 @@ TEST(GoldenV1, WriteWhenAsked) {
   auto base = Checkpoint::Open((kGolden / "base.safetensors").string());
   auto target = Checkpoint::Open((kGolden / "target.safetensors").string());
   ASSERT_TRUE(base.ok() && target.ok());
-  for (auto [name, kind] : {std::pair{"xor.dcr", ValueKind::kXor}, std::pair{"overwrite.dcr", ValueKind::kOverwrite}}) {
+  using Context = EncodeOptions::Context;
+  for (auto [name, kind, context] : {std::tuple{"xor.dcr", ValueKind::kXor, Context::kNever},
+                                     std::tuple{"overwrite.dcr", ValueKind::kOverwrite, Context::kNever},
+                                     std::tuple{"context.dcr", ValueKind::kXor, Context::kAlways}}) {
     DiffOptions o;
     o.kind = kind;
+    o.encode.context = context;
     o.chunk_bytes = 4096;  // several payloads, one tensor split across two
     o.encode.block_log2 = 10;
     ASSERT_TRUE(DiffCheckpoints(*base, *target, (kGolden / name).string(), o).ok());
@@ -73,21 +74,19 @@ TEST(GoldenV1, WriteWhenAsked) {
 class GoldenV1Decode : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GoldenV1Decode, CommittedDeltaTakesCommittedBaseExactlyToCommittedTarget) {
-  const fs::path work = fs::temp_directory_path() / ("dcr_golden_" + std::to_string(::getpid()) + GetParam());
-  fs::create_directories(work);
-  fs::copy_file(kGolden / "base.safetensors", work / "t.safetensors", fs::copy_options::overwrite_existing);
+  TempDir work("dcr_golden_");
+  fs::copy_file(kGolden / "base.safetensors", work / "t.safetensors");
   auto delta = DeltaReader::Open((kGolden / GetParam()).string());
   ASSERT_TRUE(delta.ok()) << delta.status().ToString();
   EXPECT_GT(delta->header().payloads.size(), 1u);
-  auto t = Checkpoint::Open((work / "t.safetensors").string(), MappedFile::Mode::kReadWrite);
+  auto t = Checkpoint::Open(work / "t.safetensors", MappedFile::Mode::kReadWrite);
   ASSERT_TRUE(t.ok());
   auto st = ApplyDelta(*delta, *t, {});
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(kGolden / "target.safetensors"));
-  fs::remove_all(work);
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, GoldenV1Decode, ::testing::Values("xor.dcr", "overwrite.dcr"));
+INSTANTIATE_TEST_SUITE_P(Files, GoldenV1Decode, ::testing::Values("xor.dcr", "overwrite.dcr", "context.dcr"));
 
 }  // namespace
 }  // namespace dcr

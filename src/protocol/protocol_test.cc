@@ -2,13 +2,10 @@
 // DeltaReader -> ApplyDelta gives exactly the new bits), including determinism across thread
 // counts and chunk sizes. Refusals are in delta_refusal_test.cc.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -19,54 +16,21 @@
 #include "protocol/delta_diff.h"
 #include "protocol/delta_file.h"
 #include "protocol/state_digest.h"
+#include "testing/tensor_set.h"
+#include "testing/test_files.h"
 
 namespace dcr {
 namespace {
 
 namespace fs = std::filesystem;
 
+using test::ReadAll;
+using test::TempDir;
+using test::Tensors;
+
 // ---------------------------------------------------------------------------------------------
 // Test data: a checkpoint of mixed dtypes with special values, empty tensors and a scalar, and a
 // "next" checkpoint that changes some elements of most tensors.
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("dcr_protocol_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& n) const { return (path_ / n).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-struct Tensors {
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<TensorToWrite> list;
-  void Add(const std::string& name, DType t, std::vector<uint64_t> shape) {
-    storage.emplace_back(*ShapeElements(shape) * DTypeWidth(t), 0);
-    list.push_back({name, t, std::move(shape), {}, false});
-  }
-  std::vector<uint8_t>& Bytes(const std::string& name) {
-    for (size_t i = 0; i < list.size(); ++i)
-      if (list[i].name == name) return storage[i];
-    ADD_FAILURE() << "no tensor " << name;
-    return storage.at(0);
-  }
-  const std::vector<TensorToWrite>& Bind() {
-    for (size_t i = 0; i < list.size(); ++i) list[i].data = storage[i];
-    return list;
-  }
-};
 
 void Put(std::vector<uint8_t>& b, size_t i, uint32_t w, uint64_t v) { std::memcpy(b.data() + i * w, &v, w); }
 uint64_t Get(const std::vector<uint8_t>& b, size_t i, uint32_t w) {
@@ -136,7 +100,7 @@ Tensors MakeNext(const Tensors& base, uint64_t seed) {
   // +0 -> -0, NaN payload 1 -> 2, +inf -> -inf, subnormal 1 -> 2, -0 -> +0, NaN unchanged.
   const uint32_t specials[] = {0x80000000, 0x7fc00002, 0xff800000, 0x00000002, 0x00000000, 0x7fc00001};
   for (size_t i = 0; i < 6; ++i) Put(bias, i, 4, specials[i]);
-  Put(t.Bytes("scalar.step"), 0, 8, Get(Tensors(base).Bytes("scalar.step"), 0, 8) + 1);
+  Put(t.Bytes("scalar.step"), 0, 8, Get(base.Bytes("scalar.step"), 0, 8) + 1);
   return t;
 }
 
@@ -168,9 +132,18 @@ void ExpectHolds(const Checkpoint& c, Tensors& want) {
   }
 }
 
+// Applies the delta file `delta` in place to the checkpoint at `target`.
+Result<ApplyStats> Apply(const std::string& delta, const std::string& target) {
+  auto r = DeltaReader::Open(delta);
+  if (!r.ok()) return r.status();
+  auto t = Checkpoint::Open(target, MappedFile::Mode::kReadWrite);
+  if (!t.ok()) return t.status();
+  return ApplyDelta(*r, *t, ApplyOptions{});
+}
+
 // Writes base.safetensors and next.safetensors and returns the paths' directory.
 struct Pair {
-  TempDir dir;
+  TempDir dir{"dcr_protocol_test_"};
   Tensors base = MakeBase(1), next = MakeNext(base, 2);
   std::string base_path = dir / "base.safetensors", next_path = dir / "next.safetensors";
   Pair() {
@@ -181,15 +154,18 @@ struct Pair {
     Checkpoint b = OpenOrDie(base_path), n = OpenOrDie(next_path);
     return DiffCheckpoints(b, n, out, opt);
   }
+  // Diffs the base against the next checkpoint into `out` and opens the result.
+  Result<DeltaReader> DiffAndOpen(const std::string& out, DiffOptions opt = {}) {
+    auto s = Diff(out, std::move(opt));
+    if (!s.ok()) return s.status();
+    return DeltaReader::Open(out);
+  }
+  // Copies the base checkpoint to `target` and applies `delta` to the copy.
+  Result<ApplyStats> ApplyToBaseCopy(const std::string& delta, const std::string& target) const {
+    fs::copy_file(base_path, target);
+    return Apply(delta, target);
+  }
 };
-
-Result<ApplyStats> Apply(const std::string& delta, const std::string& target) {
-  auto r = DeltaReader::Open(delta);
-  if (!r.ok()) return r.status();
-  auto t = Checkpoint::Open(target, MappedFile::Mode::kReadWrite);
-  if (!t.ok()) return t.status();
-  return ApplyDelta(*r, *t, ApplyOptions{});
-}
 
 // ---------------------------------------------------------------------------------------------
 // State digest
@@ -265,7 +241,7 @@ TEST(StateDigest, EveryBitTheIndexAndTheTensorNameMatter) {
 }
 
 TEST(StateDigest, CheckpointDigestIsTheSameForEveryThreadCountAndShardLayout) {
-  TempDir dir;
+  TempDir dir{"dcr_protocol_test_"};
   Tensors t = MakeBase(5);
   t.Add("huge.u8", DType::kU8, {(1u << 22) + 12345});  // spans two digest slices
   std::mt19937_64 rng(6);
@@ -375,8 +351,7 @@ TEST(DeltaRoundTrip, MixedDTypesSpecialValuesAndEmptyTensorsApplyBitExactly) {
     EXPECT_EQ(h.tensors[t].target_tag, DigestTag(nd.tensors[t])) << h.tensors[t].entry.name;
   }
 
-  fs::copy_file(p.base_path, p.dir / "target.safetensors");
-  auto applied = Apply(p.dir / "d.dcr", p.dir / "target.safetensors");
+  auto applied = p.ApplyToBaseCopy(p.dir / "d.dcr", p.dir / "target.safetensors");
   ASSERT_TRUE(applied.ok()) << applied.status().ToString();
   EXPECT_EQ(applied->changed_elements, want_changed);
   EXPECT_EQ(applied->target_digest, h.target_digest);
@@ -466,16 +441,14 @@ TEST(DeltaRoundTrip, SmallChunksSplitTensorsIntoManyPayloadsAndStillApplyExactly
   int most = 0;
   for (auto& [tensor, n] : payloads_per_tensor) most = std::max(most, n);
   EXPECT_GT(most, 50);  // big.weight alone is cut into hundreds of payloads
-  fs::copy_file(p.base_path, p.dir / "t.safetensors");
-  ASSERT_TRUE(Apply(p.dir / "d.dcr", p.dir / "t.safetensors").ok());
+  ASSERT_TRUE(p.ApplyToBaseCopy(p.dir / "d.dcr", p.dir / "t.safetensors").ok());
   EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.next_path));
 }
 
 // With the default payload size every small tensor shares one payload.
 TEST(DeltaRoundTrip, SmallTensorsShareOnePayload) {
   Pair p;
-  ASSERT_TRUE(p.Diff(p.dir / "d.dcr").ok());
-  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  auto r = p.DiffAndOpen(p.dir / "d.dcr");
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->header().payloads.size(), 1u);
   DecodedPayload d;
@@ -487,8 +460,7 @@ TEST(DeltaRoundTrip, EveryDecodedChangeTakesTheBaseBitsToTheNextBits) {
   Pair p;
   DiffOptions opt;
   opt.chunk_bytes = 1024;
-  ASSERT_TRUE(p.Diff(p.dir / "d.dcr", opt).ok());
-  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  auto r = p.DiffAndOpen(p.dir / "d.dcr", opt);
   ASSERT_TRUE(r.ok());
   Checkpoint base = OpenOrDie(p.base_path), next = OpenOrDie(p.next_path);
   uint64_t seen = 0;
@@ -518,22 +490,19 @@ TEST(DeltaRoundTrip, OverwriteKindAppliesBitExactly) {
   DiffOptions opt;
   opt.kind = ValueKind::kOverwrite;
   opt.chunk_bytes = 2048;
-  ASSERT_TRUE(p.Diff(p.dir / "ow.dcr", opt).ok());
-  ASSERT_TRUE(p.Diff(p.dir / "xor.dcr").ok());
-  auto r = DeltaReader::Open(p.dir / "ow.dcr");
+  auto r = p.DiffAndOpen(p.dir / "ow.dcr", opt);
   ASSERT_TRUE(r.ok());
+  auto x = p.DiffAndOpen(p.dir / "xor.dcr");
+  ASSERT_TRUE(x.ok());
   for (size_t i = 0; i < r->header().payloads.size(); ++i) {
     DecodedPayload d;
     ASSERT_TRUE(DecodeTablePayload(*r, i, &d).ok());
     for (const auto& seg : d.segments) EXPECT_EQ(seg.spec.kind, ValueKind::kOverwrite);
   }
-  auto x = DeltaReader::Open(p.dir / "xor.dcr");
-  ASSERT_TRUE(x.ok());
   EXPECT_EQ(r->header().target_digest, x->header().target_digest);
   EXPECT_NE(ReadAll(p.dir / "ow.dcr"), ReadAll(p.dir / "xor.dcr"));
 
-  fs::copy_file(p.base_path, p.dir / "t.safetensors");
-  auto applied = Apply(p.dir / "ow.dcr", p.dir / "t.safetensors");
+  auto applied = p.ApplyToBaseCopy(p.dir / "ow.dcr", p.dir / "t.safetensors");
   ASSERT_TRUE(applied.ok()) << applied.status().ToString();
   EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.next_path));
   ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "sh", p.base.Bind(), 5000).ok());
@@ -552,21 +521,18 @@ TEST(DeltaRoundTrip, IdenticalCheckpointsGiveADeltaWithoutPayloadsThatLeavesTheT
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->header().payloads.empty());
   EXPECT_EQ(r->header().base_digest, r->header().target_digest);
-  fs::copy_file(p.base_path, p.dir / "t.safetensors");
-  ASSERT_TRUE(Apply(p.dir / "none.dcr", p.dir / "t.safetensors").ok());
+  ASSERT_TRUE(p.ApplyToBaseCopy(p.dir / "none.dcr", p.dir / "t.safetensors").ok());
   EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.base_path));
 }
 
 TEST(DeltaRoundTrip, TransferIdDefaultsToTheBaseDigestHashAndEveryPayloadCarriesIt) {
   Pair p;
-  ASSERT_TRUE(p.Diff(p.dir / "d.dcr").ok());
-  auto r = DeltaReader::Open(p.dir / "d.dcr");
+  auto r = p.DiffAndOpen(p.dir / "d.dcr");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->header().transfer_id, DefaultTransferId(DigestCheckpoint(OpenOrDie(p.base_path), 1).total));
   DiffOptions opt;
   opt.transfer_id = 0x0123456789abcdefull;
-  ASSERT_TRUE(p.Diff(p.dir / "e.dcr", opt).ok());
-  auto e = DeltaReader::Open(p.dir / "e.dcr");
+  auto e = p.DiffAndOpen(p.dir / "e.dcr", opt);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->header().transfer_id, 0x0123456789abcdefull);
   ASSERT_FALSE(e->header().payloads.empty());
@@ -605,6 +571,120 @@ TEST(DeltaDiff, CatalogMismatchIsRefusedAndNoFileIsWritten) {
   EXPECT_EQ(s.status().code(), StatusCode::kMismatch);
   EXPECT_NE(s.status().message().find("attn.q.weight"), std::string::npos) << s.status().message();
   EXPECT_FALSE(fs::exists(p.dir / "d.dcr"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context mode: payloads whose locations are coded per class of the old value (decoding reads
+// the target's old bits).
+
+// Old bytes of a segment from `c`, as a receiver supplies them.
+BaseLookup LookupIn(const Checkpoint& c) {
+  return [&c](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+    if (s.tensor_index >= c.tensors().size()) return Corrupt("tensor index out of range");
+    const TensorRef& t = c.tensors()[s.tensor_index];
+    const uint64_t w = DTypeWidth(t.dtype()), n = t.num_elements();
+    if (s.dtype != t.dtype() || s.start > n || s.count > n - s.start) return Corrupt("segment does not fit");
+    return t.bytes.subspan(s.start * w, s.count * w);
+  };
+}
+
+bool SameBytes(std::span<const uint8_t> a, std::span<const uint8_t> b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+
+TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneTwoAndFourThreads) {
+  using Context = EncodeOptions::Context;
+  Pair p;
+  const uint64_t want_changed = CountChanged(p.base, p.next);
+  for (uint64_t chunk_bytes : {kDefaultChunkBytes, uint64_t{4096}, uint64_t{256}}) {
+    const std::string tag = "chunk " + std::to_string(chunk_bytes);
+    std::map<Context, std::string> files;
+    for (Context context : {Context::kNever, Context::kAlways, Context::kWhenSmaller}) {
+      const std::string what = tag + " context " + std::to_string(static_cast<int>(context));
+      std::vector<uint8_t> first;
+      for (int threads : {1, 2, 4}) {
+        DiffOptions opt;
+        opt.threads = threads;
+        opt.chunk_bytes = chunk_bytes;
+        opt.encode.context = context;
+        const std::string out = p.dir / ("c" + std::to_string(static_cast<int>(context)) + "_" +
+                                         std::to_string(chunk_bytes) + "_" + std::to_string(threads) + ".dcr");
+        auto s = p.Diff(out, opt);
+        ASSERT_TRUE(s.ok()) << what << ": " << s.status().ToString();
+        EXPECT_EQ(s->changed_elements, want_changed) << what;
+        auto bytes = ReadAll(out);
+        if (threads == 1) {
+          first = bytes;
+          files[context] = out;
+          continue;
+        }
+        EXPECT_EQ(bytes, first) << what << " threads " << threads;
+      }
+      const std::string target = p.dir / ("t" + std::to_string(static_cast<int>(context)) + "_" + std::to_string(chunk_bytes) + ".safetensors");
+      auto applied = p.ApplyToBaseCopy(files[context], target);
+      ASSERT_TRUE(applied.ok()) << what << ": " << applied.status().ToString();
+      EXPECT_EQ(applied->changed_elements, want_changed) << what;
+      EXPECT_EQ(ReadAll(target), ReadAll(p.next_path)) << what;
+    }
+
+    // One plan for every mode: payload by payload the same changes, and kWhenSmaller's payload is
+    // byte for byte the plain or the kAlways one.
+    auto never = DeltaReader::Open(files[Context::kNever]);
+    auto always = DeltaReader::Open(files[Context::kAlways]);
+    auto smaller = DeltaReader::Open(files[Context::kWhenSmaller]);
+    ASSERT_TRUE(never.ok() && always.ok() && smaller.ok()) << tag;
+    const size_t np = never->header().payloads.size();
+    ASSERT_EQ(always->header().payloads.size(), np) << tag;
+    ASSERT_EQ(smaller->header().payloads.size(), np) << tag;
+    EXPECT_EQ(always->header().base_digest, never->header().base_digest);
+    EXPECT_EQ(always->header().target_digest, never->header().target_digest);
+    EXPECT_EQ(smaller->header().target_digest, never->header().target_digest);
+    EXPECT_NE(ReadAll(files[Context::kAlways]), ReadAll(files[Context::kNever])) << tag;
+    Checkpoint base = OpenOrDie(p.base_path);
+    const BaseLookup lookup = LookupIn(base);
+    size_t context_payloads = 0;
+    for (size_t i = 0; i < np; ++i) {
+      const auto pn = never->PayloadBytes(i), pa = always->PayloadBytes(i), ps = smaller->PayloadBytes(i);
+      EXPECT_TRUE(SameBytes(ps, pn) || SameBytes(ps, pa)) << tag << " payload " << i;
+      PayloadLayout la;
+      ASSERT_TRUE(ParsePayload(pa, &la).ok());
+      DecodedPayload dn, da;
+      ASSERT_TRUE(DecodeTablePayload(*never, i, &dn).ok());
+      Status st = DecodeTablePayload(*always, i, &da, lookup);
+      ASSERT_TRUE(st.ok()) << tag << " payload " << i << ": " << st.ToString();
+      EXPECT_EQ(da.mode, la.mode);
+      ASSERT_EQ(da.segments.size(), dn.segments.size());
+      for (size_t k = 0; k < da.segments.size(); ++k) {
+        EXPECT_EQ(da.segments[k].spec.tensor_index, dn.segments[k].spec.tensor_index);
+        EXPECT_EQ(da.segments[k].spec.start, dn.segments[k].spec.start);
+        EXPECT_EQ(da.segments[k].changes.positions, dn.segments[k].changes.positions) << tag << " payload " << i;
+        EXPECT_EQ(da.segments[k].changes.values, dn.segments[k].changes.values) << tag << " payload " << i;
+      }
+      if (la.mode == CodecMode::kContext) {
+        ++context_payloads;
+        // Without the old bits (a tool that only reads the delta) it cannot be decoded.
+        DecodedPayload none;
+        EXPECT_EQ(DecodeTablePayload(*always, i, &none).code(), StatusCode::kUnsupported);
+      }
+    }
+    // kAlways falls back to plain only for payloads whose class code exceeds the location limit.
+    EXPECT_GT(context_payloads, np / 2) << tag;
+  }
+}
+
+TEST(DeltaContext, OverwriteKindOnAShardedTargetAppliesBitExactly) {
+  Pair p;
+  DiffOptions opt;
+  opt.kind = ValueKind::kOverwrite;
+  opt.chunk_bytes = 2048;
+  opt.encode.context = EncodeOptions::Context::kAlways;
+  ASSERT_TRUE(p.Diff(p.dir / "ctx_ow.dcr", opt).ok());
+  ASSERT_TRUE(WriteShardedCheckpoint(p.dir / "sh", p.base.Bind(), 5000).ok());
+  ASSERT_GT(OpenOrDie(p.dir / "sh").num_files(), 2u);
+  auto applied = Apply(p.dir / "ctx_ow.dcr", p.dir / "sh");
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  ExpectHolds(OpenOrDie(p.dir / "sh"), p.next);
+  auto again = p.ApplyToBaseCopy(p.dir / "ctx_ow.dcr", p.dir / "t.safetensors");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ReadAll(p.dir / "t.safetensors"), ReadAll(p.next_path));
 }
 
 }  // namespace

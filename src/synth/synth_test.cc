@@ -1,20 +1,20 @@
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <vector>
 
 #include "format/checkpoint.h"
 #include "synth/trajectory.h"
+#include "testing/test_files.h"
 
 namespace dcr {
 namespace {
 
-namespace fs = std::filesystem;
+using test::ReadAll;
+using test::TempDir;
+
+constexpr char kDirPrefix[] = "dcr_synth_test_";
 
 float FromBits(uint32_t u) {
   float f;
@@ -34,25 +34,6 @@ uint16_t ReferenceBf16(uint32_t u) {
   uint32_t kept = u >> 16, dropped = u & 0xffff;
   bool up = dropped > 0x8000 || (dropped == 0x8000 && (kept & 1));
   return static_cast<uint16_t>(kept + (up ? 1 : 0));
-}
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("dcr_synth_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& n) const { return (path_ / n).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 SynthModelConfig Tiny() {
@@ -121,7 +102,7 @@ TEST(Bf16ToFp32, IsExactAndRoundTripsEveryNonNaNValue) {
 }
 
 TEST(SynthTrajectory, SameSeedGivesByteIdenticalSnapshots) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   SynthTrajectoryOptions opt;
   opt.seed = 42;
   SynthTrajectory a(Tiny(), opt), b(Tiny(), opt);
@@ -142,7 +123,7 @@ TEST(SynthTrajectory, SameSeedGivesByteIdenticalSnapshots) {
 }
 
 TEST(SynthTrajectory, SnapshotHasTheConfiguredBf16Tensors) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   SynthTrajectory t(Tiny(), SynthTrajectoryOptions{});
   ASSERT_TRUE(t.WriteSnapshot(dir / "s.safetensors").ok());
   auto c = Checkpoint::Open(dir / "s.safetensors");
@@ -159,7 +140,7 @@ TEST(SynthTrajectory, SnapshotHasTheConfiguredBf16Tensors) {
 }
 
 TEST(SynthTrajectory, AStepChangesSomeButNotAllBf16Elements) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   SynthTrajectory t(Tiny(), SynthTrajectoryOptions{});
   t.Step();  // moments warm up
   ASSERT_TRUE(t.WriteSnapshot(dir / "before.safetensors").ok());
@@ -186,7 +167,7 @@ TEST(SynthTrajectory, AStepChangesSomeButNotAllBf16Elements) {
 }
 
 TEST(SynthTrajectory, ShardedSnapshotHoldsTheSameBitsAsTheSingleFile) {
-  TempDir dir;
+  TempDir dir(kDirPrefix);
   SynthTrajectory t(Tiny(), SynthTrajectoryOptions{});
   t.Step();
   ASSERT_TRUE(t.WriteSnapshot(dir / "s.safetensors").ok());

@@ -27,15 +27,7 @@ SynthTrajectory::SynthTrajectory(const SynthModelConfig& m, const SynthTrajector
     : options_(options), rng_(options.seed) {
   const uint64_t h = m.hidden, head_dim = m.hidden / m.heads, kv = m.kv_heads * head_dim;
   auto add = [&](std::string name, std::vector<uint64_t> shape, float init_std, float init_mean) {
-    Param p{std::move(name), std::move(shape), {}, {}, {}};
-    uint64_t n = 1;
-    for (auto d : p.shape) n *= d;
-    std::normal_distribution<float> dist(init_mean, init_std);
-    p.w.resize(n);
-    for (auto& x : p.w) x = dist(rng_);
-    p.m.assign(n, 0.0f);
-    p.v.assign(n, 0.0f);
-    params_.push_back(std::move(p));
+    AddParam(std::move(name), std::move(shape), init_std, init_mean);
   };
   add("model.embed_tokens.weight", {m.vocab, h}, 0.02f, 0.0f);
   for (uint32_t l = 0; l < m.layers; ++l) {
@@ -54,6 +46,34 @@ SynthTrajectory::SynthTrajectory(const SynthModelConfig& m, const SynthTrajector
   add("lm_head.weight", {m.vocab, h}, 0.02f, 0.0f);
   std::sort(params_.begin(), params_.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
   for (int i = 0; i < options_.warmup_steps; ++i) AdamStep(0.0);
+}
+
+std::vector<SynthParamSpec> SynthParamsForCatalog(const Catalog& catalog) {
+  std::vector<SynthParamSpec> specs;
+  for (const CatalogEntry& c : catalog) {
+    const bool norm = c.name.find("norm") != std::string::npos;
+    specs.push_back({c.name, c.shape, norm ? 1.0f : 0.0f, norm ? 0.05f : 0.02f});
+  }
+  return specs;
+}
+
+SynthTrajectory::SynthTrajectory(const std::vector<SynthParamSpec>& params, const SynthTrajectoryOptions& options)
+    : options_(options), rng_(options.seed) {
+  for (const SynthParamSpec& p : params) AddParam(p.name, p.shape, p.init_std, p.init_mean);
+  std::sort(params_.begin(), params_.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
+  for (int i = 0; i < options_.warmup_steps; ++i) AdamStep(0.0);
+}
+
+void SynthTrajectory::AddParam(std::string name, std::vector<uint64_t> shape, float init_std, float init_mean) {
+  Param p{std::move(name), std::move(shape), {}, {}, {}};
+  uint64_t n = 1;
+  for (auto d : p.shape) n *= d;
+  std::normal_distribution<float> dist(init_mean, init_std);
+  p.w.resize(n);
+  for (auto& x : p.w) x = dist(rng_);
+  p.m.assign(n, 0.0f);
+  p.v.assign(n, 0.0f);
+  params_.push_back(std::move(p));
 }
 
 uint64_t SynthTrajectory::num_parameters() const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/checkpoint.h"
 #include "format/safetensors.h"
 
 namespace dcr {
@@ -36,9 +37,22 @@ struct SynthTrajectoryOptions {
 uint16_t Fp32ToBf16(float f);
 float Bf16ToFp32(uint16_t b);
 
+// One parameter of a custom model, initialized ~ N(init_mean, init_std).
+struct SynthParamSpec {
+  std::string name;
+  std::vector<uint64_t> shape;
+  float init_mean = 0.0f, init_std = 0.02f;
+};
+
+// Specs for every tensor of `catalog`: names containing "norm" start near 1 (RMSNorm weights),
+// the rest near 0.
+std::vector<SynthParamSpec> SynthParamsForCatalog(const Catalog& catalog);
+
 class SynthTrajectory {
  public:
   SynthTrajectory(const SynthModelConfig& model, const SynthTrajectoryOptions& options);
+  // A trajectory over the given parameters (any names and shapes, names unique).
+  SynthTrajectory(const std::vector<SynthParamSpec>& params, const SynthTrajectoryOptions& options);
 
   // One optimizer step on the fp32 master weights.
   void Step() { AdamStep(options_.learning_rate); ++step_; }
@@ -49,6 +63,8 @@ class SynthTrajectory {
   Status WriteSnapshot(const std::string& path) const;
   // The current BF16 snapshot as a sharded checkpoint directory.
   Status WriteShardedSnapshot(const std::string& dir, uint64_t max_shard_bytes) const;
+  // The current BF16 snapshot, tensors sorted by name, viewing `storage`.
+  std::vector<TensorToWrite> Snapshot(std::vector<std::vector<uint16_t>>* storage) const;
 
  private:
   struct Param {
@@ -57,7 +73,7 @@ class SynthTrajectory {
     std::vector<float> w, m, v;
   };
   void AdamStep(double lr);
-  std::vector<TensorToWrite> Snapshot(std::vector<std::vector<uint16_t>>* storage) const;
+  void AddParam(std::string name, std::vector<uint64_t> shape, float init_std, float init_mean);
 
   SynthTrajectoryOptions options_;
   std::vector<Param> params_;

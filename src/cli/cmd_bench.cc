@@ -1,0 +1,195 @@
+// `dcr bench codec [FILES...]`: codec figures per consecutive checkpoint pair, each next to a
+// plain two-stream memory scan of the same data measured in the same run.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "protocol/delta_diff.h"
+#include "protocol/delta_file.h"
+#include "synth/trajectory.h"
+
+namespace dcr::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct BenchArgs {
+  std::vector<std::string> files;
+  std::string codec = "both";
+  int threads = 0;
+  int repeat = 3;
+  bool json = false;
+};
+
+// Reads both checkpoints' tensor bytes once, as a diff must: the bandwidth reference.
+double ScanSeconds(const Checkpoint& a, const Checkpoint& b, int threads) {
+  const auto& ta = a.tensors();
+  std::vector<uint64_t> sink(ta.size());
+  auto t0 = Clock::now();
+  Status s = ParallelFor(ta.size(), threads, [&](size_t i) {
+    const uint8_t* x = ta[i].bytes.data();
+    const uint8_t* y = b.tensors()[i].bytes.data();
+    const size_t n = ta[i].bytes.size() / 8;
+    uint64_t acc = 0;
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t u, v;
+      std::memcpy(&u, x + 8 * k, 8);
+      std::memcpy(&v, y + 8 * k, 8);
+      acc += (u != v);
+    }
+    sink[i] = acc;
+    return Status::Ok();
+  });
+  double t = Since(t0);
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink) keep = keep + v;
+  (void)keep;
+  return s.ok() ? t : 0;
+}
+
+struct PairResult {
+  double scan_s = 1e30, encode_s = 1e30, apply_s = 1e30;
+  uint64_t wire = 0, changed = 0, dense = 0, context_payloads = 0, payloads = 0;
+};
+
+// Decode + apply of every payload into an in-memory copy of the base, then a bit-exact check
+// against the new checkpoint. Excludes the O(model) base-digest check and fsync of `dcr apply`.
+Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& base, const Checkpoint& next,
+                                  int threads) {
+  std::vector<std::vector<uint8_t>> work;
+  for (const auto& t : base.tensors()) work.emplace_back(t.bytes.begin(), t.bytes.end());
+  std::vector<std::vector<uint8_t>> old_copy = work;  // context mode reads the old bits
+  BaseLookup lookup = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+    if (s.tensor_index >= old_copy.size()) return Corrupt("tensor index out of range");
+    const uint64_t w = DTypeWidth(s.dtype);
+    if ((s.start + s.count) * w > old_copy[s.tensor_index].size()) return Corrupt("segment outside its tensor");
+    return std::span<const uint8_t>(old_copy[s.tensor_index]).subspan(s.start * w, s.count * w);
+  };
+  auto t0 = Clock::now();
+  DCR_RETURN_IF_ERROR(ParallelFor(delta.header().payloads.size(), threads, [&](size_t i) {
+    DecodedPayload p;
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup));
+    for (const auto& seg : p.segments) DCR_RETURN_IF_ERROR(ApplySegment(seg, work[seg.spec.tensor_index]));
+    return Status::Ok();
+  }));
+  double t = Since(t0);
+  for (size_t i = 0; i < work.size(); ++i)
+    if (!std::equal(work[i].begin(), work[i].end(), next.tensors()[i].bytes.begin()))
+      return Internal("bench: decode+apply did not reproduce tensor '" + next.tensors()[i].name() + "'");
+  return t;
+}
+
+Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool context, const BenchArgs& args,
+                             const std::string& tmp) {
+  DCR_ASSIGN_OR_RETURN(Checkpoint base, Checkpoint::Open(a));
+  DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(b));
+  PairResult r;
+  const std::string out = tmp + "/bench.dcr";
+  for (int rep = 0; rep < args.repeat; ++rep) {
+    r.scan_s = std::min(r.scan_s, ScanSeconds(base, next, args.threads));
+    DiffOptions o;
+    o.threads = args.threads;
+    o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
+    DCR_ASSIGN_OR_RETURN(DiffStats s, DiffCheckpoints(base, next, out, o));
+    r.encode_s = std::min(r.encode_s, s.encode_seconds);
+    r.wire = s.wire_bytes, r.changed = s.changed_elements, r.dense = s.dense_bytes, r.payloads = s.payloads;
+    DCR_ASSIGN_OR_RETURN(DeltaReader delta, DeltaReader::Open(out));
+    r.context_payloads = 0;
+    for (size_t i = 0; i < delta.header().payloads.size(); ++i) {
+      PayloadLayout layout;
+      DCR_RETURN_IF_ERROR(ParsePayload(delta.PayloadBytes(i), &layout));
+      r.context_payloads += layout.mode == CodecMode::kContext;
+    }
+    DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads));
+    r.apply_s = std::min(r.apply_s, apply_s);
+  }
+  return r;
+}
+
+int RunBench(BenchArgs args) {
+  char tmpl[] = "/tmp/dcr-bench-XXXXXX";
+  if (!::mkdtemp(tmpl)) return ReportError("bench", ErrnoError("mkdtemp"));
+  const std::string tmp = tmpl;
+  if (args.files.empty()) {  // a generated trajectory of three steps
+    SynthTrajectory traj(SynthModelConfig{4, 512, 1368, 8192, 8, 2}, {11, 3e-6});
+    for (int k = 0; k < 3; ++k) {
+      if (k > 0) traj.Step();
+      args.files.push_back(tmp + "/step_" + std::to_string(k) + ".safetensors");
+      Status s = traj.WriteSnapshot(args.files.back());
+      if (!s.ok()) return ReportError("bench", s);
+    }
+  }
+  if (args.files.size() < 2) return ReportError("bench", InvalidArgument("need at least two checkpoints"));
+  const int threads = args.threads > 0 ? args.threads : HardwareThreads();
+  nlohmann::json rows = nlohmann::json::array();
+  if (!args.json)
+    std::printf("%-40s %-5s %8s %8s %9s %9s %9s %9s %7s %7s\n", "pair", "codec", "chg %", "B/chg", "B/dense", "scan GB/s",
+                "enc GB/s", "dec GB/s", "enc/scn", "dec/scn");
+  int rc = kExitOk;
+  for (size_t i = 0; i + 1 < args.files.size(); ++i) {
+    for (bool context : {false, true}) {
+      if ((context && args.codec == "plain") || (!context && args.codec == "ctx")) continue;
+      args.threads = threads;
+      auto r = BenchPair(args.files[i], args.files[i + 1], context, args, tmp);
+      if (!r.ok()) {
+        rc = ReportError("bench", r.status());
+        break;
+      }
+      const double gb = static_cast<double>(r->dense) / 1e9;
+      const double per_change = r->changed ? static_cast<double>(r->wire) / static_cast<double>(r->changed) : 0;
+      const double density = static_cast<double>(r->changed) / (static_cast<double>(r->dense) / 2.0);
+      const std::string pair = fs::path(args.files[i]).filename().string() + " -> " + fs::path(args.files[i + 1]).filename().string();
+      nlohmann::json row = {{"pair", pair}, {"codec", context ? "ctx" : "plain"}, {"threads", threads},
+                            {"changed_elements", r->changed}, {"dense_bytes", r->dense}, {"wire_bytes", r->wire},
+                            {"payloads", r->payloads}, {"context_payloads", r->context_payloads},
+                            {"wire_bytes_per_changed_element", per_change},
+                            {"wire_bytes_per_dense_byte", static_cast<double>(r->wire) / static_cast<double>(r->dense)},
+                            {"scan_GBps", gb / r->scan_s}, {"encode_GBps", gb / r->encode_s}, {"decode_apply_GBps", gb / r->apply_s},
+                            {"encode_vs_scan", r->scan_s / r->encode_s}, {"decode_apply_vs_scan", r->scan_s / r->apply_s}};
+      rows.push_back(row);
+      if (!args.json)
+        std::printf("%-40s %-5s %8.3f %8.3f %9.5f %9.2f %9.2f %9.2f %7.2f %7.2f\n", pair.c_str(), context ? "ctx" : "plain",
+                    100 * density, per_change, static_cast<double>(r->wire) / static_cast<double>(r->dense), gb / r->scan_s,
+                    gb / r->encode_s, gb / r->apply_s, r->scan_s / r->encode_s, r->scan_s / r->apply_s);
+    }
+    if (rc != kExitOk) break;
+  }
+  fs::remove_all(tmp);
+  if (rc != kExitOk) return rc;
+  if (args.json) std::printf("%s\n", rows.dump().c_str());
+  else
+    std::printf("%d thread(s), best of %d. chg %% assumes 2-byte elements. enc = diff+encode; dec = verify+decode+apply "
+                "in memory; x/scn = throughput relative to the two-stream scan of the same pair.\n",
+                threads, args.repeat);
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app, int* exit_code) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks.");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchArgs>();
+  auto* codec = bench->add_subcommand("codec", "Codec figures per consecutive checkpoint pair.");
+  codec->footer(
+      "For each consecutive pair of FILES (default: a generated 3-step BF16 trajectory): wire bytes per\n"
+      "changed element and per dense byte, diff+encode and decode+apply throughput, and a plain scan of\n"
+      "both inputs measured in the same run, with the ratios. Decode+apply is checked bit-exact.");
+  codec->add_option("FILES", args->files, "checkpoints in trajectory order");
+  codec->add_option("--codec", args->codec, "plain, ctx or both")->check(CLI::IsMember({"plain", "ctx", "both"}))->capture_default_str();
+  codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  codec->add_option("--repeat", args->repeat, "repetitions; the best time is kept")->check(CLI::Range(1, 100));
+  codec->add_flag("--json", args->json, "print one JSON array of rows");
+  codec->callback([=] { *exit_code = RunBench(*args); });
+}
+
+}  // namespace dcr::cli

@@ -1,0 +1,44 @@
+// Context-mode location coding (docs/format.md §2.6). Both sides hold the old bits, and the
+// exponent of an element's old value predicts whether it changes (one BF16 ulp is smaller for
+// small magnitudes). So elements are split into classes by old exponent; each class's elements,
+// taken in payload order across all segments, form a sequence in which the changed ones are
+// Rice-coded by gap with a parameter fitted to that class. On the real trajectories this costs
+// ~6.2 bits per change where class-blind gaps cost ~9.4 (at 0.45 % change).
+//
+// Decoding reads every old element of the payload's segments once (O(dense) sequential), which
+// is why context mode is a per-payload choice and plain mode always exists.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "format/dtype.h"
+
+namespace dcr {
+
+// The class of old bits v: (v >> shift) & mask with a dtype's exponent field (the top 8
+// exponent bits for F64); 0 for integer and bool dtypes.
+struct ContextClassFn {
+  int shift = 0;
+  uint64_t mask = 0;
+};
+ContextClassFn ContextClassFor(DType t);
+
+struct ContextSegment {
+  DType dtype = DType::kU8;
+  std::span<const uint8_t> base;  // the segment's old bytes: count × width
+};
+
+// Appends the class-stream code of the changed positions (positions[i] ascending, relative to
+// segment i) to `out`.
+void EncodeContextLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                            std::vector<uint8_t>* out);
+
+// Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or
+// fails with kCorrupt. Never reads outside `in` or the segments' base bytes.
+Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
+                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions);
+
+}  // namespace dcr

@@ -1,0 +1,269 @@
+#include "protocol/layout_apply.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "base/thread_pool.h"
+#include "layout/dtype_convert.h"
+#include "layout/projection.h"
+#include "protocol/layout_digest.h"
+
+namespace dcr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One local copy of a canonical element.
+struct Slot {
+  uint8_t* at;
+  DType local_dtype;
+  bool convert, owner;
+};
+
+// Resolves canonical elements to their local copies through the placement index, and reads and
+// writes them.
+class Placer {
+ public:
+  Placer(const LayoutSet& set, const MutableShardBytes& shards)
+      : set_(set), catalog_(set.at(0).canonical), index_(set), shards_(shards), has_converted_(catalog_.size(), false) {
+    for (const RankLayout& l : set)
+      for (const LocalTensor& t : l.tensors)
+        for (const Piece& p : t.pieces)
+          if (p.transform == PieceTransform::kConvert) has_converted_[static_cast<size_t>(l.FindCanonical(p.canonical))] = true;
+  }
+
+  const Catalog& catalog() const { return catalog_; }
+  bool has_converted(uint32_t t) const { return has_converted_[t]; }
+
+  // Appends every local copy of element `index` of canonical tensor `t` to `out`.
+  void Resolve(uint32_t t, uint64_t index, std::vector<Slot>* out) const {
+    index_.ForEach(t, index, [&](const PlacementIndex::Placement& p, uint64_t local) {
+      const DType dt = set_[p.rank].tensors[p.local_tensor].dtype;
+      out->push_back({shards_[p.rank][p.local_tensor].data() + local * DTypeWidth(dt), dt,
+                      p.piece->transform == PieceTransform::kConvert, p.piece->owner});
+    });
+  }
+
+  // The canonical bits held by `slots` (the copies of one element of tensor `t`): from the owner
+  // when its copy is exact, else from any exact copy; nullopt when every copy rounds.
+  std::optional<uint64_t> OldBits(uint32_t t, std::span<const Slot> slots) const {
+    std::optional<uint64_t> owner, other;
+    for (const Slot& s : slots) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, s.at, DTypeWidth(s.local_dtype));
+      std::optional<uint64_t> canonical = bits;
+      if (s.convert)
+        canonical = ConversionExact(catalog_[t].dtype, s.local_dtype)
+                        ? InvertExactConversion(catalog_[t].dtype, s.local_dtype, bits)
+                        : std::nullopt;
+      if (!canonical) continue;
+      if (s.owner) owner = canonical;
+      else if (!other) other = canonical;
+    }
+    return owner ? owner : other;
+  }
+
+  // Writes one change into every copy. `new_bits` is needed (valid) only for an overwrite or when
+  // some copy converts.
+  void Place(uint32_t t, std::span<const Slot> slots, ValueKind kind, uint64_t value, uint64_t new_bits) const {
+    for (const Slot& s : slots) {
+      const uint32_t w = DTypeWidth(s.local_dtype);
+      uint64_t bits = 0;
+      if (s.convert) {
+        bits = ConvertBits(catalog_[t].dtype, s.local_dtype, new_bits);
+      } else if (kind == ValueKind::kXor) {
+        std::memcpy(&bits, s.at, w);
+        bits ^= value;
+      } else {
+        bits = value;
+      }
+      std::memcpy(s.at, &bits, w);
+    }
+  }
+
+ private:
+  const LayoutSet& set_;
+  const Catalog& catalog_;
+  PlacementIndex index_;
+  const MutableShardBytes& shards_;
+  std::vector<bool> has_converted_;
+};
+
+// Changes resolved per batch, with every copy prefetched before any is touched: resolution is
+// cheap arithmetic on the (cached) index, the copies are scattered over the shards, so issuing
+// their loads together overlaps the cache misses instead of paying them one after another.
+constexpr size_t kBatch = 64;
+
+// Calls fn(k, element index, value, copies) for every change of `seg`, in order.
+template <typename Fn>
+Status ForEachResolvedChange(const Placer& placer, const DecodedSegment& seg, Fn&& fn) {
+  std::vector<Slot> slots;
+  std::vector<size_t> ends;
+  const uint32_t t = seg.spec.tensor_index;
+  for (size_t k0 = 0; k0 < seg.changes.size(); k0 += kBatch) {
+    const size_t k1 = std::min(seg.changes.size(), k0 + kBatch);
+    slots.clear();
+    ends.clear();
+    for (size_t k = k0; k < k1; ++k) {
+      placer.Resolve(t, seg.spec.start + seg.changes.positions[k], &slots);
+      ends.push_back(slots.size());
+    }
+    for (const Slot& s : slots) __builtin_prefetch(s.at, 1);
+    size_t begin = 0;
+    for (size_t k = k0; k < k1; ++k) {
+      const size_t end = ends[k - k0];
+      uint64_t value = 0;
+      std::memcpy(&value, seg.changes.values.data() + k * seg.changes.width, seg.changes.width);
+      DCR_RETURN_IF_ERROR(fn(k, seg.spec.start + seg.changes.positions[k], value,
+                             std::span<const Slot>(slots.data() + begin, end - begin)));
+      begin = end;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Decode(const DeltaReader& delta, size_t i, DecodedPayload* payload) {
+  Status s = DecodeTablePayload(delta, i, payload);
+  if (s.code() == StatusCode::kUnsupported)
+    return s.WithContext("a layout apply needs plain-mode payloads (make the delta with `dcr diff --layout` or `--codec plain`)");
+  return s;
+}
+
+std::string ElementName(const CatalogEntry& c, uint64_t index) {
+  return "canonical tensor '" + c.name + "' element " + ElementCoordinates(c.shape, index);
+}
+
+}  // namespace
+
+Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const LayoutSet& set, const MutableShardBytes& shards,
+                                          const LayoutApplyOptions& options) {
+  const DeltaHeader& h = delta.header();
+  const int threads = options.threads > 0 ? options.threads : HardwareThreads();
+  DCR_RETURN_IF_ERROR(CompareCatalogs(h.catalog(), delta.path(), set.at(0).canonical, "the serving layout"));
+  ShardBytes readable(shards.size());
+  for (size_t r = 0; r < shards.size(); ++r) readable[r].assign(shards[r].begin(), shards[r].end());
+  DCR_RETURN_IF_ERROR(CheckShardBytesShape(set, readable));
+  const Placer placer(set, shards);
+  const Catalog& catalog = placer.catalog();
+
+  LayoutApplyStats stats;
+  stats.payloads = h.payloads.size();
+  stats.wire_bytes = delta.file_size();
+
+  // (2) The shards must hold exactly the base bits.
+  std::vector<Digest128> have;
+  if (options.verify) {
+    auto t0 = Clock::now();
+    if (options.known_base) {
+      if (options.known_base->size() != catalog.size()) return InvalidArgument("known_base has the wrong number of tensors");
+      have = *options.known_base;
+    } else {
+      auto d = DigestThroughLayout(set, readable, threads);
+      if (d.status().code() == StatusCode::kUnsupported)
+        return d.status().WithContext("cannot verify the base (apply without verification, with an overwrite delta)");
+      if (!d.ok()) return d.status();
+      have = std::move(d->tensors);
+    }
+    stats.base_check_seconds = Since(t0);
+    if (CombineDigests(catalog, have) != h.base_digest) {
+      for (size_t i = 0; i < catalog.size(); ++i)
+        if (DigestTag(have[i]) != h.tensors[i].base_tag)
+          return WrongBase("the shards' canonical tensor '" + catalog[i].name +
+                           "' does not hold the delta's base bits; nothing was written");
+      return WrongBase("the shards' canonical digest " + CombineDigests(catalog, have).ToHex() + " is not the delta's base " +
+                       h.base_digest.ToHex() + "; nothing was written");
+    }
+  }
+
+  // (3)-(5) Decode every payload, check every change can be placed, fold it into the digest.
+  auto t1 = Clock::now();
+  const size_t np = h.payloads.size();
+  std::vector<std::vector<std::pair<uint32_t, Digest128>>> digest_deltas(np);
+  std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);
+  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+    DecodedPayload payload;
+    DCR_RETURN_IF_ERROR(Decode(delta, i, &payload));
+    for (const DecodedSegment& seg : payload.segments) {
+      const uint32_t t = seg.spec.tensor_index;
+      const bool xor_kind = seg.spec.kind == ValueKind::kXor;
+      const bool needs_old = options.verify || (xor_kind && placer.has_converted(t));
+      if (!needs_old) continue;
+      const uint64_t key = TensorKey(catalog[t].name);
+      Digest128 d;
+      DCR_RETURN_IF_ERROR(ForEachResolvedChange(placer, seg, [&](size_t, uint64_t index, uint64_t value, std::span<const Slot> copies) {
+        const auto old_bits = placer.OldBits(t, copies);
+        if (!old_bits)
+          return Unsupported(ElementName(catalog[t], index) + " is held only as rounded conversions, so its old bits are unknown: " +
+                             (xor_kind ? "an XOR delta cannot be placed (make the delta with --overwrite)"
+                                       : "it cannot be verified (apply without verification)") +
+                             "; nothing was written");
+        DigestUpdate(&d, key, index, *old_bits, xor_kind ? (*old_bits ^ value) : value);
+        return Status::Ok();
+      }));
+      digest_deltas[i].emplace_back(t, d);
+    }
+    ends[i] = {payload.segments.front().spec, payload.segments.back().spec};
+    return Status::Ok();
+  }));
+  for (size_t i = 1; i < np; ++i)
+    DCR_RETURN_IF_ERROR(CheckSegmentOrder(ends[i - 1].second, ends[i].first, i).WithContext(delta.path()));
+  if (options.verify) {
+    std::vector<Digest128> expect(have);
+    for (const auto& per_payload : digest_deltas)
+      for (const auto& [t, d] : per_payload) expect[t] += d;
+    if (CombineDigests(catalog, expect) != h.target_digest) {
+      for (size_t i = 0; i < catalog.size(); ++i)
+        if (DigestTag(expect[i]) != h.tensors[i].target_tag)
+          return Corrupt(delta.path() + ": changes for canonical tensor '" + catalog[i].name +
+                         "' do not produce the recorded target digest; nothing was written");
+      return Corrupt(delta.path() + ": changes do not produce the recorded target digest; nothing was written");
+    }
+    stats.target_tensor_digests = std::move(expect);
+  }
+  stats.verify_seconds = Since(t1);
+  if (options.progress) options.progress(0, stats.wire_bytes);
+
+  // Every check has passed: write. Payloads hold disjoint canonical elements and each local element
+  // copies at most one canonical element, so payloads are placed in parallel without conflicts.
+  auto t2 = Clock::now();
+  std::vector<uint64_t> placed(np, 0);
+  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+    DecodedPayload payload;
+    DCR_RETURN_IF_ERROR(Decode(delta, i, &payload));
+    for (const DecodedSegment& seg : payload.segments) {
+      const uint32_t t = seg.spec.tensor_index;
+      const bool xor_kind = seg.spec.kind == ValueKind::kXor;
+      const bool needs_old = xor_kind && placer.has_converted(t);
+      DCR_RETURN_IF_ERROR(ForEachResolvedChange(placer, seg, [&](size_t, uint64_t, uint64_t value, std::span<const Slot> copies) {
+        // Read before any copy of this element is written; present (checked above).
+        const uint64_t new_bits = needs_old ? (*placer.OldBits(t, copies) ^ value) : value;
+        placer.Place(t, copies, seg.spec.kind, value, new_bits);
+        placed[i] += copies.size();
+        return Status::Ok();
+      }));
+    }
+    return Status::Ok();
+  }));
+  stats.apply_seconds = Since(t2);
+  for (uint64_t p : placed) stats.placed_elements += p;
+  stats.changed_elements = h.changed_elements();
+  stats.target_digest = h.target_digest;
+  if (options.progress) options.progress(stats.wire_bytes, stats.wire_bytes);
+  return stats;
+}
+
+Result<LayoutApplyStats> ApplyLayoutDeltaToDir(const DeltaReader& delta, const LayoutSet& set, const std::string& dir,
+                                               const LayoutApplyOptions& options) {
+  DCR_RETURN_IF_ERROR(CompareCatalogs(delta.header().catalog(), delta.path(), set.at(0).canonical, "the serving layout"));
+  DCR_ASSIGN_OR_RETURN(ShardSet shards, ShardSet::Open(set, dir, MappedFile::Mode::kReadWrite));
+  auto t = Clock::now();
+  DCR_ASSIGN_OR_RETURN(LayoutApplyStats stats, ApplyLayoutDelta(delta, set, shards.mutable_bytes(), options));
+  DCR_RETURN_IF_ERROR(shards.Sync());
+  stats.apply_seconds = Since(t) - stats.base_check_seconds - stats.verify_seconds;  // placement + sync
+  return stats;
+}
+
+}  // namespace dcr
