@@ -10,50 +10,56 @@ namespace {
 
 constexpr int kMaxRiceK = 30;
 
-// Exact size in bits of the Rice code of the block's gaps with parameter k.
-uint64_t RiceBits(std::span<const uint32_t> pos, uint64_t block_start, int k) {
-  uint64_t bits = pos.size() * static_cast<uint64_t>(k + 1);
-  uint64_t prev = block_start;  // next position expected if there were no gap
-  for (uint32_t p : pos) {
-    bits += (p - prev) >> k;
-    prev = uint64_t{p} + 1;
-  }
-  return bits;
-}
+// The exact sizes of a block's candidate codes, from one pass over its positions: Rice with
+// parameters k0, k0+1, k0+2 (in bits, without the parameter byte) and ranges (in bytes).
+struct BlockCosts {
+  uint64_t rice_bits[3] = {0, 0, 0};
+  uint64_t ranges_bytes = 0;
+  uint64_t runs = 0;
+};
 
-size_t RangesBytes(std::span<const uint32_t> pos, uint64_t block_start, uint64_t* runs) {
-  size_t bytes = 0;
-  uint64_t r = 0;
-  uint64_t prev_end = block_start;
-  for (size_t i = 0; i < pos.size();) {
-    size_t j = i + 1;
-    while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
-    bytes += static_cast<size_t>(VarintSize(pos[i] - prev_end) + VarintSize(j - i - 1));
-    prev_end = uint64_t{pos[j - 1]} + 1;
-    ++r;
-    i = j;
+BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int k0) {
+  BlockCosts c;
+  uint64_t next = block_start;  // the position a change would take with gap 0
+  uint64_t run_len = 0;
+  for (uint32_t p : pos) {
+    const uint64_t gap = p - next;
+    c.rice_bits[0] += gap >> k0;
+    c.rice_bits[1] += gap >> (k0 + 1);
+    c.rice_bits[2] += gap >> (k0 + 2);
+    // A run continues while gaps are 0; the first change and every gap > 0 starts one.
+    if (gap > 0 || run_len == 0) {
+      if (run_len > 0) c.ranges_bytes += static_cast<uint64_t>(VarintSize(run_len - 1));
+      c.ranges_bytes += static_cast<uint64_t>(VarintSize(gap));
+      ++c.runs;
+      run_len = 0;
+    }
+    ++run_len;
+    next = uint64_t{p} + 1;
   }
-  *runs = r;
-  return bytes + static_cast<size_t>(VarintSize(r));
+  c.ranges_bytes += static_cast<uint64_t>(VarintSize(run_len - 1) + VarintSize(c.runs));
+  for (int i = 0; i < 3; ++i) c.rice_bits[i] += pos.size() * static_cast<uint64_t>(k0 + i + 1);
+  return c;
 }
 
 void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t block_len,
                  std::vector<uint8_t>* out) {
   PutVarint(*out, pos.size());
   if (pos.empty()) return;
-  // Rice parameter near the optimum for geometric gaps, then the exact best of three.
-  uint64_t mean_gap = (block_len - pos.size()) / pos.size();
-  int est = mean_gap == 0 ? 0 : std::bit_width(mean_gap) - 1;
-  int best_k = 0;
-  uint64_t best_bits = UINT64_MAX;
-  for (int k = std::max(0, est - 1); k <= std::min(kMaxRiceK, est + 1); ++k) {
-    uint64_t b = RiceBits(pos, block_start, k);
-    if (b < best_bits) best_bits = b, best_k = k;
-  }
-  size_t rice_bytes = 1 + (best_bits + 7) / 8;
-  size_t bitmap_bytes = (block_len + 7) / 8;
-  uint64_t runs = 0;
-  size_t ranges_bytes = RangesBytes(pos, block_start, &runs);
+  // Rice parameter near the optimum for geometric gaps, then the exact best of three
+  // (the smallest k on ties).
+  const uint64_t mean_gap = (block_len - pos.size()) / pos.size();
+  const int est = mean_gap == 0 ? 0 : std::bit_width(mean_gap) - 1;
+  const int k0 = std::clamp(est - 1, 0, kMaxRiceK - 2);
+  const BlockCosts costs = MeasureBlock(pos, block_start, k0);
+  int best_k = k0;
+  uint64_t best_bits = costs.rice_bits[0];
+  for (int i = 1; i < 3; ++i)
+    if (costs.rice_bits[i] < best_bits) best_bits = costs.rice_bits[i], best_k = k0 + i;
+  const size_t rice_bytes = 1 + (best_bits + 7) / 8;
+  const size_t bitmap_bytes = (block_len + 7) / 8;
+  const uint64_t runs = costs.runs;
+  const size_t ranges_bytes = costs.ranges_bytes;
 
   if (rice_bytes <= bitmap_bytes && rice_bytes <= ranges_bytes) {
     out->push_back(static_cast<uint8_t>(LocationMethod::kRice));

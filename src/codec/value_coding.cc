@@ -20,22 +20,39 @@ uint64_t LoadValue(const uint8_t* p, uint32_t w) {
   return v;
 }
 
+// Calls fn(value, pointer to its bytes) for every value of `run`, with the width fixed at
+// compile time so the loads compile to single moves.
+template <typename Fn>
+void ForEachValue(const ValueRun& run, Fn&& fn) {
+  auto loop = [&](auto zero) {
+    using U = decltype(zero);
+    const uint8_t* p = run.bytes.data();
+    for (uint64_t i = 0; i < run.count; ++i, p += sizeof(U)) {
+      U v;
+      std::memcpy(&v, p, sizeof(U));
+      fn(static_cast<uint64_t>(v), p);
+    }
+  };
+  switch (run.width) {
+    case 1: return loop(uint8_t{});
+    case 2: return loop(uint16_t{});
+    case 4: return loop(uint32_t{});
+    default: return loop(uint64_t{});
+  }
+}
+
 // Symbol Huffman stored form: table, varint escape-byte count, escape bytes, bit stream.
 void EncodeHuffman(std::span<const ValueRun> runs, const HuffmanEncoder& code, uint64_t escape_bytes,
                    std::vector<uint8_t>* out) {
   code.WriteTable(out);
   PutVarint(*out, escape_bytes);
   for (const ValueRun& r : runs)
-    for (uint64_t i = 0; i < r.count; ++i) {
-      const uint8_t* p = r.bytes.data() + i * r.width;
-      if (LoadValue(p, r.width) >= kEscape) out->insert(out->end(), p, p + r.width);
-    }
+    ForEachValue(r, [&](uint64_t v, const uint8_t* p) {
+      if (v >= kEscape) out->insert(out->end(), p, p + r.width);
+    });
   BitWriter w(*out);
   for (const ValueRun& r : runs)
-    for (uint64_t i = 0; i < r.count; ++i) {
-      uint64_t v = LoadValue(r.bytes.data() + i * r.width, r.width);
-      code.Put(w, v >= kEscape ? kEscape : static_cast<uint32_t>(v));
-    }
+    ForEachValue(r, [&](uint64_t v, const uint8_t*) { code.Put(w, v >= kEscape ? kEscape : static_cast<uint32_t>(v)); });
   w.Flush();
 }
 
@@ -101,11 +118,10 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
     DCR_CHECK(r.bytes.size() == r.count * r.width);
     values += r.count;
     raw_bytes += r.bytes.size();
-    for (uint64_t i = 0; i < r.count; ++i) {
-      uint64_t v = LoadValue(r.bytes.data() + i * r.width, r.width);
+    ForEachValue(r, [&](uint64_t v, const uint8_t*) {
       if (v >= kEscape) escape_bytes += r.width;
       ++freq[v >= kEscape ? kEscape : v];
-    }
+    });
   }
   DCR_CHECK(values > 0);
   HuffmanEncoder code(freq);
