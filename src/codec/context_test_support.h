@@ -1,0 +1,305 @@
+// Shared data and helpers of the context-mode codec tests (codec_context_test.cc,
+// codec_context_hostile_test.cc): a seeded "world" of tensors with exponent-dependent changes,
+// encoders for each context setting, and structural checks of decoded payloads.
+// Each test binary includes it once and uses only some helpers, hence the unused-function
+// warning is off here.
+#pragma once
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/bit_stream.h"
+#include "codec/context_coding.h"
+#include "codec/payload_codec.h"
+#include "codec/section_coding.h"
+
+namespace dcr {
+namespace {
+
+using Context = EncodeOptions::Context;
+
+// Header field offsets (docs/format.md §2).
+enum : size_t {
+  kMagic = 0, kVersion = 4, kMode = 6, kBlockLog2 = 7, kTransfer = 8, kSegments = 24, kTableLen = 28,
+  kLocCodec = 32, kValCodec = 33, kLocRaw = 40, kLocStored = 48, kValRaw = 56, kValStored = 64,
+};
+
+const PayloadIdentity kIdentity{0xc0ffee, 4, 9};
+
+uint64_t LoadElem(const std::vector<uint8_t>& v, size_t i, uint32_t w) {
+  uint64_t x = 0;
+  std::memcpy(&x, v.data() + i * w, w);
+  return x;
+}
+void StoreElem(std::vector<uint8_t>& v, size_t i, uint32_t w, uint64_t x) { std::memcpy(v.data() + i * w, &x, w); }
+uint64_t MaskFor(uint32_t w) { return w == 8 ? ~0ull : (1ull << (8 * w)) - 1; }
+
+void Resign(std::vector<uint8_t>& p) { StoreLe(p.data() + p.size() - 8, XXH3_64bits(p.data(), p.size() - 8), 8); }
+
+const std::vector<DType>& AllDTypes() {
+  static const std::vector<DType> v = {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kF8E4M3,
+                                       DType::kF8E5M2, DType::kI8, DType::kU8, DType::kI16, DType::kU16,
+                                       DType::kI32, DType::kU32, DType::kI64, DType::kU64, DType::kBool};
+  return v;
+}
+
+// Exponent and mantissa widths of the float dtypes; {0, 0} for the others.
+std::pair<int, int> FloatBits(DType t) {
+  switch (t) {
+    case DType::kBF16: return {8, 7};
+    case DType::kF16: return {5, 10};
+    case DType::kF32: return {8, 23};
+    case DType::kF64: return {11, 52};
+    case DType::kF8E4M3: return {4, 3};
+    case DType::kF8E5M2: return {5, 2};
+    default: return {0, 0};
+  }
+}
+
+// Element bits as trained weights have them: floats of either sign with exponents spread over a
+// dozen binades below 1 (so many classes), now and then a zero, subnormal, inf or NaN.
+uint64_t WeightBits(DType t, std::mt19937_64& rng) {
+  const uint32_t w = DTypeWidth(t);
+  if (t == DType::kBool) return rng() & 1;
+  auto [e, m] = FloatBits(t);
+  if (e == 0) return rng() & MaskFor(w);
+  const uint64_t emax = (1ull << e) - 1, bias = emax / 2;
+  uint64_t exp;
+  switch (rng() % 40) {
+    case 0: exp = 0; break;
+    case 1: exp = emax; break;
+    default: exp = bias > 12 ? bias - rng() % 12 : rng() % (emax + 1); break;
+  }
+  const uint64_t man = rng() & ((1ull << m) - 1);
+  const uint64_t sign = rng() & 1;
+  return (sign << (e + m)) | (exp << m) | man;
+}
+
+// A changed value: a few low bits flipped (one-ulp-like steps) or, sometimes, random bits.
+uint64_t ChangedBits(DType t, uint64_t old, std::mt19937_64& rng) {
+  const uint64_t mask = MaskFor(DTypeWidth(t));
+  if (t == DType::kBool) return old ^ 1;
+  for (;;) {
+    uint64_t v = rng() % 8 == 0 ? rng() & mask : old ^ (((1ull << (1 + rng() % 3)) - 1) & mask);
+    if (v != old) return v;
+  }
+}
+
+// Tensors held by index, with the base lookup a receiver would give: the segment's old bytes.
+struct World {
+  std::map<uint32_t, DType> dtype;
+  std::map<uint32_t, std::vector<uint8_t>> base, next;
+
+  // Adds tensor `index` of n elements; elements in [from, to) change with probability p(old).
+  template <typename P>
+  void Add(uint32_t index, DType t, uint64_t n, std::mt19937_64& rng, uint64_t from, uint64_t to, P&& p) {
+    const uint32_t w = DTypeWidth(t);
+    dtype[index] = t;
+    auto& b = base[index];
+    b.resize(n * w);
+    for (uint64_t i = 0; i < n; ++i) StoreElem(b, i, w, WeightBits(t, rng));
+    auto& x = next[index];
+    x = b;
+    std::uniform_real_distribution<double> u(0, 1);
+    for (uint64_t i = from; i < to; ++i)
+      if (u(rng) < p(LoadElem(b, i, w))) StoreElem(x, i, w, ChangedBits(t, LoadElem(b, i, w), rng));
+  }
+  void Add(uint32_t index, DType t, uint64_t n, std::mt19937_64& rng, uint64_t from, uint64_t to, double density) {
+    Add(index, t, n, rng, from, to, [density](uint64_t) { return density; });
+  }
+
+  std::span<const uint8_t> Seg(const std::vector<uint8_t>& v, const SegmentSpec& s) const {
+    const uint32_t w = DTypeWidth(s.dtype);
+    return std::span<const uint8_t>(v).subspan(s.start * w, s.count * w);
+  }
+
+  BaseLookup Lookup() const {
+    return [this](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+      auto it = base.find(s.tensor_index);
+      if (it == base.end()) return Corrupt("no tensor " + std::to_string(s.tensor_index));
+      const uint32_t w = DTypeWidth(s.dtype);
+      if (s.dtype != dtype.at(s.tensor_index) || s.start > it->second.size() / w ||
+          s.count > it->second.size() / w - s.start)
+        return Corrupt("segment does not fit");
+      return Seg(it->second, s);
+    };
+  }
+
+  // Encodes `specs` (ascending) with `opt`; returns the payload and the number of changes.
+  std::vector<uint8_t> Encode(const std::vector<SegmentSpec>& specs, const EncodeOptions& opt, uint64_t* changed = nullptr) const {
+    PayloadBuilder b(opt);
+    for (const SegmentSpec& s : specs) b.AddDiff(s, Seg(base.at(s.tensor_index), s), Seg(next.at(s.tensor_index), s));
+    if (changed) *changed = b.changed();
+    std::vector<uint8_t> p;
+    if (b.segments() > 0) b.Finish(kIdentity, &p);
+    return p;
+  }
+
+  // Applies every segment to a copy of the bases and expects exactly the next bits.
+  void ExpectApplies(const DecodedPayload& d, const std::string& what) const {
+    auto tensors = base;
+    for (const DecodedSegment& seg : d.segments) ASSERT_TRUE(ApplySegment(seg, tensors.at(seg.spec.tensor_index)).ok()) << what;
+    // Elements outside the segments keep their base bits; inside they take the next bits.
+    for (auto& [index, bytes] : tensors) {
+      std::vector<uint8_t> want = base.at(index);
+      for (const DecodedSegment& seg : d.segments) {
+        if (seg.spec.tensor_index != index) continue;
+        const uint32_t w = DTypeWidth(seg.spec.dtype);
+        std::memcpy(want.data() + seg.spec.start * w, next.at(index).data() + seg.spec.start * w, seg.spec.count * w);
+      }
+      ASSERT_EQ(bytes, want) << what << " tensor " << index;
+    }
+  }
+};
+
+EncodeOptions With(Context c, int block_log2 = kDefaultLocationBlockLog2) {
+  EncodeOptions o;
+  o.context = c;
+  o.block_log2 = block_log2;
+  return o;
+}
+
+CodecMode ModeOf(const std::vector<uint8_t>& p) {
+  PayloadLayout l;
+  Status s = ParsePayload(p, &l);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return l.mode;
+}
+
+void ExpectSameSegments(const DecodedPayload& a, const DecodedPayload& b, const std::string& what) {
+  ASSERT_EQ(a.segments.size(), b.segments.size()) << what;
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    const auto &x = a.segments[i], &y = b.segments[i];
+    EXPECT_EQ(x.spec.tensor_index, y.spec.tensor_index) << what;
+    EXPECT_EQ(x.spec.dtype, y.spec.dtype) << what;
+    EXPECT_EQ(x.spec.kind, y.spec.kind) << what;
+    EXPECT_EQ(x.spec.start, y.spec.start) << what;
+    EXPECT_EQ(x.spec.count, y.spec.count) << what;
+    ASSERT_EQ(x.changes.width, y.changes.width) << what;
+    ASSERT_EQ(x.changes.positions, y.changes.positions) << what << " segment " << i;
+    ASSERT_EQ(x.changes.values, y.changes.values) << what << " segment " << i;
+  }
+}
+
+// The decoder contract, as in codec_hostile_test.cc: positions inside their segment, strictly
+// ascending, one value per position, exactly the declared number of changes.
+void ExpectWellFormed(const DecodedPayload& d, const PayloadLayout& layout) {
+  ASSERT_EQ(d.segments.size(), layout.segments.size());
+  for (size_t i = 0; i < d.segments.size(); ++i) {
+    const DecodedSegment& s = d.segments[i];
+    ASSERT_EQ(s.changes.size(), layout.changed[i]);
+    ASSERT_EQ(s.changes.values.size(), s.changes.size() * DTypeWidth(s.spec.dtype));
+    for (size_t k = 0; k < s.changes.size(); ++k) {
+      ASSERT_LT(s.changes.positions[k], s.spec.count);
+      if (k > 0) {
+        ASSERT_LT(s.changes.positions[k - 1], s.changes.positions[k]);
+      }
+    }
+  }
+}
+
+std::vector<uint8_t> LocationSection(const std::vector<uint8_t>& p) {
+  PayloadLayout l;
+  EXPECT_TRUE(ParsePayload(p, &l).ok());
+  std::vector<uint8_t> raw;
+  EXPECT_TRUE(DecompressSection(l.loc_codec, l.loc_stored, l.loc_raw, &raw).ok());
+  return raw;
+}
+
+// The decoder's limit on a location section (docs/format.md §2.1), in either mode.
+uint64_t LocationBound(const std::vector<DecodedSegment>& segs, int block_log2) {
+  uint64_t b = 0;
+  for (const DecodedSegment& s : segs) b += ((s.spec.count >> block_log2) + 1) * 12 + s.spec.count / 8 + 8;
+  return b;
+}
+
+// Encodes `specs` plainly, with kAlways, and when smaller; checks that each decodes to the same
+// segments, that context mode needs the base, and that the segments apply exactly. kAlways
+// gives context mode unless its code would exceed the decoder's location limit (then plain);
+// returns the mode it gave.
+CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>& specs, const std::string& what,
+                                 int block_log2 = kDefaultLocationBlockLog2) {
+  uint64_t changed = 0;
+  const auto plain = w.Encode(specs, With(Context::kNever, block_log2), &changed);
+  if (changed == 0) return CodecMode::kPlain;
+  const auto ctx = w.Encode(specs, With(Context::kAlways, block_log2));
+  const auto smaller = w.Encode(specs, With(Context::kWhenSmaller, block_log2));
+  EXPECT_FALSE(ctx.empty());
+  EXPECT_EQ(ctx, w.Encode(specs, With(Context::kAlways, block_log2))) << what << ": not deterministic";
+  EXPECT_EQ(ModeOf(plain), CodecMode::kPlain) << what;
+  // kWhenSmaller emits exactly one of the two forms.
+  EXPECT_TRUE(smaller == plain || smaller == ctx) << what;
+
+  DecodedPayload dp, dc, ds;
+  Status s = DecodePayload(plain, &dp);
+  EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
+  if (!s.ok()) return CodecMode::kPlain;
+  // The context code, computed here from the decoded positions, decides kAlways' mode.
+  std::vector<uint8_t> code;
+  {
+    std::vector<ContextSegment> segs;
+    std::vector<std::span<const uint32_t>> positions;
+    for (const DecodedSegment& seg : dp.segments) {
+      segs.push_back({seg.spec.dtype, w.Seg(w.base.at(seg.spec.tensor_index), seg.spec)});
+      positions.push_back(seg.changes.positions);
+    }
+    EncodeContextLocations(segs, positions, &code);
+  }
+  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContext : CodecMode::kPlain;
+  EXPECT_EQ(ModeOf(ctx), want) << what << ": context code " << code.size() << " bytes";
+  if (want == CodecMode::kPlain) {
+    EXPECT_EQ(ctx, plain) << what;
+    EXPECT_EQ(smaller, plain) << what;
+  } else {
+    EXPECT_EQ(LocationSection(ctx), code) << what;
+  }
+  s = DecodePayload(ctx, &dc, w.Lookup());
+  EXPECT_TRUE(s.ok()) << what << " (kAlways): " << s.ToString();
+  if (!s.ok()) return want;
+  EXPECT_EQ(dc.mode, want);
+  EXPECT_EQ(dc.identity, kIdentity);
+  EXPECT_EQ(dc.changed(), changed);
+  ExpectSameSegments(dp, dc, what + " (context)");
+  s = DecodePayload(smaller, &ds, w.Lookup());
+  EXPECT_TRUE(s.ok()) << what << " (when smaller): " << s.ToString();
+  ExpectSameSegments(dp, ds, what + " (when smaller)");
+  // A plain payload ignores the base it is given.
+  DecodedPayload dpb;
+  EXPECT_TRUE(DecodePayload(plain, &dpb, w.Lookup()).ok());
+  ExpectSameSegments(dp, dpb, what + " (plain with base)");
+  // Without the old bits a context payload cannot be decoded.
+  if (want == CodecMode::kContext) {
+    DecodedPayload none;
+    EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
+  }
+  w.ExpectApplies(dc, what);
+  return want;
+}
+
+
+// A BF16 + F32 + U8 payload in context mode (sections stored raw or zstd as the encoder chose).
+struct ContextPayload {
+  World w;
+  std::vector<SegmentSpec> specs;
+  std::vector<uint8_t> p;
+  explicit ContextPayload(double density = 0.02, uint64_t n = 6000) {
+    std::mt19937_64 rng(6);
+    w.Add(1, DType::kBF16, n, rng, 0, n, density);
+    w.Add(3, DType::kF32, 500, rng, 0, 500, density * 5);
+    w.Add(4, DType::kU8, 300, rng, 0, 300, 0.1);
+    specs = {{1, DType::kBF16, ValueKind::kXor, 0, n / 2}, {1, DType::kBF16, ValueKind::kXor, n / 2, n - n / 2},
+             {3, DType::kF32, ValueKind::kOverwrite, 0, 500}, {4, DType::kU8, ValueKind::kXor, 0, 300}};
+    p = w.Encode(specs, With(Context::kAlways));
+  }
+};
+
+}  // namespace
+}  // namespace dcr
