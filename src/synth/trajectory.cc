@@ -23,27 +23,31 @@ float Bf16ToFp32(uint16_t b) {
   return f;
 }
 
+// Weight init spread: the real BF16 trajectories (shared/data/trajectories) have median |w| of
+// 0.03, i.e. sigma ~0.045 for a normal; the ulp at that magnitude sets the change rate per step.
+constexpr float kWeightStd = 0.045f;
+
 SynthTrajectory::SynthTrajectory(const SynthModelConfig& m, const SynthTrajectoryOptions& options)
     : options_(options), rng_(options.seed) {
   const uint64_t h = m.hidden, head_dim = m.hidden / m.heads, kv = m.kv_heads * head_dim;
   auto add = [&](std::string name, std::vector<uint64_t> shape, float init_std, float init_mean) {
     AddParam(std::move(name), std::move(shape), init_std, init_mean);
   };
-  add("model.embed_tokens.weight", {m.vocab, h}, 0.02f, 0.0f);
+  add("model.embed_tokens.weight", {m.vocab, h}, kWeightStd, 0.0f);
   for (uint32_t l = 0; l < m.layers; ++l) {
     std::string pre = "model.layers." + std::to_string(l) + ".";
     add(pre + "input_layernorm.weight", {h}, 0.05f, 1.0f);
-    add(pre + "self_attn.q_proj.weight", {h, h}, 0.02f, 0.0f);
-    add(pre + "self_attn.k_proj.weight", {kv, h}, 0.02f, 0.0f);
-    add(pre + "self_attn.v_proj.weight", {kv, h}, 0.02f, 0.0f);
-    add(pre + "self_attn.o_proj.weight", {h, h}, 0.02f, 0.0f);
+    add(pre + "self_attn.q_proj.weight", {h, h}, kWeightStd, 0.0f);
+    add(pre + "self_attn.k_proj.weight", {kv, h}, kWeightStd, 0.0f);
+    add(pre + "self_attn.v_proj.weight", {kv, h}, kWeightStd, 0.0f);
+    add(pre + "self_attn.o_proj.weight", {h, h}, kWeightStd, 0.0f);
     add(pre + "post_attention_layernorm.weight", {h}, 0.05f, 1.0f);
-    add(pre + "mlp.gate_proj.weight", {m.intermediate, h}, 0.02f, 0.0f);
-    add(pre + "mlp.up_proj.weight", {m.intermediate, h}, 0.02f, 0.0f);
-    add(pre + "mlp.down_proj.weight", {h, m.intermediate}, 0.02f, 0.0f);
+    add(pre + "mlp.gate_proj.weight", {m.intermediate, h}, kWeightStd, 0.0f);
+    add(pre + "mlp.up_proj.weight", {m.intermediate, h}, kWeightStd, 0.0f);
+    add(pre + "mlp.down_proj.weight", {h, m.intermediate}, kWeightStd, 0.0f);
   }
   add("model.norm.weight", {h}, 0.05f, 1.0f);
-  add("lm_head.weight", {m.vocab, h}, 0.02f, 0.0f);
+  add("lm_head.weight", {m.vocab, h}, kWeightStd, 0.0f);
   std::sort(params_.begin(), params_.end(), [](const Param& a, const Param& b) { return a.name < b.name; });
   for (int i = 0; i < options_.warmup_steps; ++i) AdamStep(0.0);
 }
@@ -52,7 +56,7 @@ std::vector<SynthParamSpec> SynthParamsForCatalog(const Catalog& catalog) {
   std::vector<SynthParamSpec> specs;
   for (const CatalogEntry& c : catalog) {
     const bool norm = c.name.find("norm") != std::string::npos;
-    specs.push_back({c.name, c.shape, norm ? 1.0f : 0.0f, norm ? 0.05f : 0.02f});
+    specs.push_back({c.name, c.shape, norm ? 1.0f : 0.0f, norm ? 0.05f : kWeightStd});
   }
   return specs;
 }
