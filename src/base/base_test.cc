@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "base/durable_file.h"
 #include "base/mapped_file.h"
 #include "base/status.h"
 #include "base/thread_pool.h"

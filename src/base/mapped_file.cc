@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 namespace dcr {
 
 Result<MappedFile> MappedFile::Open(const std::string& path, Mode mode) {
@@ -65,48 +63,6 @@ Status MappedFile::Sync() {
   if (data_ != nullptr && ::msync(data_, size_, MS_SYNC) != 0) return ErrnoError("msync " + path_);
   if (::fsync(fd_) != 0) return ErrnoError("fsync " + path_);
   return Status::Ok();
-}
-
-Status SyncDirectory(const std::string& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open directory " + dir);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return ErrnoError("fsync directory " + dir);
-  return Status::Ok();
-}
-
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
-  std::filesystem::path p(path);
-  std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  std::string tmp = dir + "/." + p.filename().string() + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create " + tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status s = ErrnoError("write " + tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status s = ErrnoError("fsync " + tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = ErrnoError("rename " + tmp + " -> " + path);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return SyncDirectory(dir);
 }
 
 }  // namespace dcr

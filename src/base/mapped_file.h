@@ -44,11 +44,4 @@ class MappedFile {
   Mode mode_ = Mode::kReadOnly;
 };
 
-// Writes `bytes` to `path` durably and atomically: temp file in the same directory, fsync,
-// rename over `path`, fsync of the directory. On failure `path` is untouched.
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);
-
-// fsyncs a directory so a rename or create inside it is durable.
-Status SyncDirectory(const std::string& dir);
-
 }  // namespace dcr

@@ -2,13 +2,13 @@
 // plain two-stream memory scan of the same data measured in the same run.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
+#include "base/timing.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "protocol/delta_diff.h"
@@ -19,8 +19,6 @@ namespace dcr::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct BenchArgs {
   std::vector<std::string> files;
@@ -49,7 +47,7 @@ double ScanSeconds(const Checkpoint& a, const Checkpoint& b, int threads) {
     sink[i] = acc;
     return Status::Ok();
   });
-  double t = Since(t0);
+  double t = SecondsSince(t0);
   volatile uint64_t keep = 0;
   for (uint64_t v : sink) keep = keep + v;
   (void)keep;
@@ -81,7 +79,7 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
     for (const auto& seg : p.segments) DCR_RETURN_IF_ERROR(ApplySegment(seg, work[seg.spec.tensor_index]));
     return Status::Ok();
   }));
-  double t = Since(t0);
+  double t = SecondsSince(t0);
   for (size_t i = 0; i < work.size(); ++i)
     if (!std::equal(work[i].begin(), work[i].end(), next.tensors()[i].bytes.begin()))
       return Internal("bench: decode+apply did not reproduce tensor '" + next.tensors()[i].name() + "'");

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/durable_file.h"
+
 namespace dcr {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;

@@ -1,12 +1,10 @@
 #include "format/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "base/durable_file.h"
 
 namespace dcr {
 namespace {
@@ -169,41 +167,16 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');
 
-  std::filesystem::path p(path);
-  std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  std::string tmp = dir + "/." + p.filename().string() + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create " + tmp);
-  auto write_at = [&](const void* data, size_t len, uint64_t at) -> Status {
-    const uint8_t* b = static_cast<const uint8_t*>(data);
-    while (len > 0) {
-      ssize_t w = ::pwrite(fd, b, len, static_cast<off_t>(at));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoError("write " + tmp);
-      }
-      b += w;
-      len -= static_cast<size_t>(w);
-      at += static_cast<uint64_t>(w);
-    }
-    return Status::Ok();
-  };
+  DCR_ASSIGN_OR_RETURN(DurableFileWriter out, DurableFileWriter::Create(path));
   uint8_t len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<uint8_t>(text.size() >> (8 * i));
   const uint64_t data_start = 8 + text.size();
-  Status s = write_at(len_le, 8, 0);
-  if (s.ok()) s = write_at(text.data(), text.size(), 8);
-  for (size_t i = 0; s.ok() && i < tensors.size(); ++i)
-    if (!tensors[i].sparse) s = write_at(tensors[i].data.data(), tensors[i].data.size(), data_start + offsets[i]);
-  if (s.ok() && ::ftruncate(fd, static_cast<off_t>(data_start + offset)) != 0) s = ErrnoError("truncate " + tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("fsync " + tmp);
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError("rename " + tmp + " -> " + path);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return SyncDirectory(dir);
+  DCR_RETURN_IF_ERROR(out.Append(len_le, 8));
+  DCR_RETURN_IF_ERROR(out.Append(text.data(), text.size()));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!tensors[i].sparse) DCR_RETURN_IF_ERROR(out.WriteAt(data_start + offsets[i], tensors[i].data));
+  DCR_RETURN_IF_ERROR(out.Truncate(data_start + offset));
+  return out.Commit();
 }
 
 }  // namespace dcr

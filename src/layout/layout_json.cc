@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/durable_file.h"
 #include "base/mapped_file.h"
 
 namespace dcr {

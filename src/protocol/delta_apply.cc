@@ -1,14 +1,10 @@
 #include "protocol/delta_apply.h"
 
-#include <chrono>
-
 #include "base/thread_pool.h"
+#include "base/timing.h"
 
 namespace dcr {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Old bytes of a segment from the target, for context-mode decoding; refuses segments that do
 // not fit the target's catalog.
@@ -42,7 +38,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   // (2) The target must hold exactly the base bits.
   auto t0 = Clock::now();
   CheckpointDigest have = DigestCheckpoint(target, threads);
-  stats.base_check_seconds = Since(t0);
+  stats.base_check_seconds = SecondsSince(t0);
   if (have.total != h.base_digest) {
     for (size_t i = 0; i < tensors.size(); ++i)
       if (DigestTag(have.tensors[i]) != h.tensors[i].base_tag)
@@ -86,7 +82,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
                        "' do not produce the recorded target digest; nothing was written");
     return Corrupt(delta.path() + ": changes do not produce the recorded target digest; nothing was written");
   }
-  stats.verify_seconds = Since(t1);
+  stats.verify_seconds = SecondsSince(t1);
   if (options.progress) options.progress(0, stats.wire_bytes);
 
   // Every check has passed: write. Segments are disjoint, so payloads apply in parallel.
@@ -99,7 +95,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
     return Status::Ok();
   }));
   DCR_RETURN_IF_ERROR(target.Sync());
-  stats.apply_seconds = Since(t2);
+  stats.apply_seconds = SecondsSince(t2);
   stats.changed_elements = h.changed_elements();
   stats.target_digest = h.target_digest;
   if (options.progress) options.progress(stats.wire_bytes, stats.wire_bytes);

@@ -1,17 +1,14 @@
 #include "protocol/delta_diff.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "base/timing.h"
 #include "protocol/delta_file.h"
 
 namespace dcr {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct PlannedSegment {
   uint32_t tensor;
@@ -61,7 +58,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
 
   auto t0 = Clock::now();
   CheckpointDigest base_digest = DigestCheckpoint(base, threads);
-  stats.digest_seconds = Since(t0);
+  stats.digest_seconds = SecondsSince(t0);
 
   const auto plan = PlanPayloads(bt, std::max<uint64_t>(options.chunk_bytes, 8));
   if (plan.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 payloads; raise the chunk size");
@@ -110,7 +107,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
       if (builder.segments() > 0) builder.Finish({transfer_id, 0, static_cast<uint32_t>(first + i)}, &r.bytes);
       return Status::Ok();
     }));
-    stats.encode_seconds += Since(te);
+    stats.encode_seconds += SecondsSince(te);
     auto tw = Clock::now();
     for (size_t i = 0; i < n; ++i) {
       const PayloadResult& r = results[i];
@@ -121,7 +118,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
       stats.changed_elements += r.changed;
       ++payloads;
     }
-    stats.write_seconds += Since(tw);
+    stats.write_seconds += SecondsSince(tw);
     if (options.progress) options.progress(done_bytes, stats.dense_bytes);
   }
   stats.payloads = payloads;
@@ -135,7 +132,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   header.target_digest = CombineDigests(catalog, target);
   auto tw = Clock::now();
   DCR_RETURN_IF_ERROR(writer.Finish(std::move(header)));
-  stats.write_seconds += Since(tw);
+  stats.write_seconds += SecondsSince(tw);
   stats.wire_bytes = writer.bytes_written();
   stats.base_digest = base_digest.total;
   stats.target_digest = CombineDigests(catalog, target);

@@ -1,12 +1,9 @@
 #include "protocol/delta_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "codec/bit_stream.h"
@@ -182,47 +179,16 @@ uint64_t DefaultTransferId(const Digest128& base) {
 }
 
 Result<DeltaWriter> DeltaWriter::Create(const std::string& path) {
-  DeltaWriter w;
-  w.path_ = path;
-  std::filesystem::path p(path);
-  std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  w.tmp_path_ = dir + "/." + p.filename().string() + ".tmp." + std::to_string(::getpid());
-  w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w.fd_ < 0) return ErrnoError("create " + w.tmp_path_);
-  DCR_RETURN_IF_ERROR(w.Write(kDeltaMagic, sizeof(kDeltaMagic)));
+  DCR_ASSIGN_OR_RETURN(DurableFileWriter file, DurableFileWriter::Create(path));
+  DeltaWriter w(std::move(file));
+  DCR_RETURN_IF_ERROR(w.file_.Append(kDeltaMagic, sizeof(kDeltaMagic)));
   return w;
 }
 
-DeltaWriter::DeltaWriter(DeltaWriter&& o) noexcept
-    : path_(std::move(o.path_)), tmp_path_(std::move(o.tmp_path_)), fd_(std::exchange(o.fd_, -1)),
-      offset_(o.offset_), entries_(std::move(o.entries_)) {}
-
-DeltaWriter::~DeltaWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_path_.c_str());
-  }
-}
-
-Status DeltaWriter::Write(const void* data, size_t n) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + tmp_path_);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-    offset_ += static_cast<uint64_t>(w);
-  }
-  return Status::Ok();
-}
-
 Status DeltaWriter::Append(std::span<const uint8_t> payload, PayloadEntry entry) {
-  entry.offset = offset_;
+  entry.offset = file_.appended();
   entry.length = payload.size();
-  DCR_RETURN_IF_ERROR(Write(payload.data(), payload.size()));
+  DCR_RETURN_IF_ERROR(file_.Append(payload));
   entries_.push_back(entry);
   return Status::Ok();
 }
@@ -240,18 +206,9 @@ Status DeltaWriter::Finish(DeltaHeader header) {
   PutLe(tail, json.size(), 8);
   PutLe(tail, XXH3_64bits(footer.data(), footer.size()), 8);
   tail.insert(tail.end(), kDeltaTailMagic, kDeltaTailMagic + sizeof(kDeltaTailMagic));
-  DCR_RETURN_IF_ERROR(Write(footer.data(), footer.size()));
-  DCR_RETURN_IF_ERROR(Write(tail.data(), tail.size()));
-  if (::fsync(fd_) != 0) return ErrnoError("fsync " + tmp_path_);
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    Status s = ErrnoError("rename " + tmp_path_ + " -> " + path_);
-    ::unlink(tmp_path_.c_str());
-    return s;
-  }
-  std::filesystem::path p(path_);
-  return SyncDirectory(p.has_parent_path() ? p.parent_path().string() : ".");
+  DCR_RETURN_IF_ERROR(file_.Append(footer));
+  DCR_RETURN_IF_ERROR(file_.Append(tail));
+  return file_.Commit();
 }
 
 Result<DeltaReader> DeltaReader::Open(const std::string& path) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/durable_file.h"
 #include "base/mapped_file.h"
 #include "base/status.h"
 #include "codec/payload_codec.h"
@@ -65,23 +66,17 @@ uint64_t DefaultTransferId(const Digest128& base);
 class DeltaWriter {
  public:
   static Result<DeltaWriter> Create(const std::string& path);
-  DeltaWriter(DeltaWriter&&) noexcept;
-  DeltaWriter& operator=(DeltaWriter&&) = delete;
-  ~DeltaWriter();
 
   // Appends one payload; fills entry.offset/length.
   Status Append(std::span<const uint8_t> payload, PayloadEntry entry);
   // Writes the footer from `header` (its payload table is replaced by the appended entries).
   Status Finish(DeltaHeader header);
-  uint64_t bytes_written() const { return offset_; }
+  uint64_t bytes_written() const { return file_.appended(); }
 
  private:
-  DeltaWriter() = default;
-  Status Write(const void* data, size_t n);
+  explicit DeltaWriter(DurableFileWriter file) : file_(std::move(file)) {}
 
-  std::string path_, tmp_path_;
-  int fd_ = -1;
-  uint64_t offset_ = 0;
+  DurableFileWriter file_;
   std::vector<PayloadEntry> entries_;
 };
 

@@ -1,20 +1,17 @@
 #include "protocol/layout_apply.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 
 #include "base/thread_pool.h"
+#include "base/timing.h"
 #include "layout/dtype_convert.h"
 #include "layout/projection.h"
 #include "protocol/layout_digest.h"
 
 namespace dcr {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One local copy of a canonical element.
 struct Slot {
@@ -167,7 +164,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
       if (!d.ok()) return d.status();
       have = std::move(d->tensors);
     }
-    stats.base_check_seconds = Since(t0);
+    stats.base_check_seconds = SecondsSince(t0);
     if (CombineDigests(catalog, have) != h.base_digest) {
       for (size_t i = 0; i < catalog.size(); ++i)
         if (DigestTag(have[i]) != h.tensors[i].base_tag)
@@ -223,7 +220,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
     }
     stats.target_tensor_digests = std::move(expect);
   }
-  stats.verify_seconds = Since(t1);
+  stats.verify_seconds = SecondsSince(t1);
   if (options.progress) options.progress(0, stats.wire_bytes);
 
   // Every check has passed: write. Payloads hold disjoint canonical elements and each local element
@@ -247,7 +244,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
     }
     return Status::Ok();
   }));
-  stats.apply_seconds = Since(t2);
+  stats.apply_seconds = SecondsSince(t2);
   for (uint64_t p : placed) stats.placed_elements += p;
   stats.changed_elements = h.changed_elements();
   stats.target_digest = h.target_digest;
@@ -262,7 +259,7 @@ Result<LayoutApplyStats> ApplyLayoutDeltaToDir(const DeltaReader& delta, const L
   auto t = Clock::now();
   DCR_ASSIGN_OR_RETURN(LayoutApplyStats stats, ApplyLayoutDelta(delta, set, shards.mutable_bytes(), options));
   DCR_RETURN_IF_ERROR(shards.Sync());
-  stats.apply_seconds = Since(t) - stats.base_check_seconds - stats.verify_seconds;  // placement + sync
+  stats.apply_seconds = SecondsSince(t) - stats.base_check_seconds - stats.verify_seconds;  // placement + sync
   return stats;
 }
 

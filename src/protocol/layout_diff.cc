@@ -1,10 +1,10 @@
 #include "protocol/layout_diff.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "base/timing.h"
 #include "codec/diff.h"
 #include "layout/projection.h"
 #include "protocol/delta_file.h"
@@ -12,9 +12,6 @@
 
 namespace dcr {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Local elements scanned per work item (DiffElements needs fewer than 2^32).
 constexpr uint64_t kScanElements = 1ull << 24;
@@ -108,7 +105,7 @@ Result<LayoutDiffStats> DiffLayoutShards(const LayoutSet& set, const ShardBytes&
 
   auto t0 = Clock::now();
   DCR_ASSIGN_OR_RETURN(CheckpointDigest base_digest, DigestThroughLayout(set, base, threads));
-  stats.digest_seconds = Since(t0);
+  stats.digest_seconds = SecondsSince(t0);
 
   // Scan every rank's shard and project the changes.
   auto t1 = Clock::now();
@@ -136,7 +133,7 @@ Result<LayoutDiffStats> DiffLayoutShards(const LayoutSet& set, const ShardBytes&
       s = ScanResult{};
     }
   }
-  stats.scan_seconds = Since(t1);
+  stats.scan_seconds = SecondsSince(t1);
   if (options.progress) options.progress(stats.scanned_bytes, stats.scanned_bytes);
 
   // Sort per canonical tensor and fold the changes into the target digest: O(changes).
@@ -199,9 +196,9 @@ Result<LayoutDiffStats> DiffLayoutShards(const LayoutSet& set, const ShardBytes&
       stats.changed_elements += changed[i];
       ++stats.payloads;
     }
-    stats.write_seconds += Since(tw);
+    stats.write_seconds += SecondsSince(tw);
   }
-  stats.encode_seconds = Since(t2) - stats.write_seconds;
+  stats.encode_seconds = SecondsSince(t2) - stats.write_seconds;
 
   DeltaHeader header;
   header.transfer_id = transfer_id;
@@ -213,7 +210,7 @@ Result<LayoutDiffStats> DiffLayoutShards(const LayoutSet& set, const ShardBytes&
   stats.target_digest = header.target_digest;
   auto tw = Clock::now();
   DCR_RETURN_IF_ERROR(writer.Finish(std::move(header)));
-  stats.write_seconds += Since(tw);
+  stats.write_seconds += SecondsSince(tw);
   stats.wire_bytes = writer.bytes_written();
   return stats;
 }
