@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# `dcr demo` runs the whole diff -> apply -> verify cycle and reports every step bit-exact.
+# `dcr demo` runs the live system (4 receivers, 2 producers, separate processes on loopback
+# TCP), commits every step jointly and reports every receiver bit-exact after each commit.
 source "$(dirname "$0")/lib.sh"
 
-run_expect 0 "$DCR" demo --threads 2
+run_expect 0 "$DCR" demo
 cat "$WORK/out"
-grep -q "bit-exact" "$WORK/out" || fail "demo did not print bit-exact"
-steps=$(grep -c "bit-exact$" "$WORK/out")
-assert_eq "$steps" 6 "demo steps reported bit-exact"
-note "with a kept directory"
-run_expect 0 "$DCR" demo --dir "$WORK/demo" --steps-per-rate 1 --layers 1 --hidden 64 --vocab 256
-grep -q "bit-exact" "$WORK/out" || fail "small demo did not print bit-exact"
-cmp "$WORK/demo/replica.safetensors" "$WORK/demo/step_3.safetensors" || fail "demo replica differs from the last step"
+steps=$(grep -c "4 bit-exact$" "$WORK/out")
+assert_eq "$steps" 6 "demo steps reported bit-exact on 4 receivers"
+grep -q "dense refit through the same path" "$WORK/out" || fail "demo did not measure the dense reference"
+pgrep -f "dcr serve --state /tmp/dcr-demo" && fail "demo left receiver processes running"
+
+note "with a kept directory: every receiver's weights equal the last snapshot"
+run_expect 0 "$DCR" demo --dir "$WORK/demo" --steps-per-rate 1 --layers 1 --hidden 64 --vocab 256 --receivers 3 --producers 3
+steps=$(grep -c "3 bit-exact$" "$WORK/out")
+assert_eq "$steps" 3 "small demo steps reported bit-exact on 3 receivers"
+for r in 0 1 2; do
+  run_expect 0 "$DCR" verify "$WORK/demo/r$r" "$WORK/demo/step_3.safetensors"
+done
+pgrep -f "dcr serve --state $WORK/demo" && fail "demo left receiver processes running"
 echo "PASS"

@@ -10,5 +10,6 @@ void RegisterFileCommands(CLI::App& app, int* exit_code);  // diff apply verify 
 void RegisterDemoCommand(CLI::App& app, int* exit_code);
 void RegisterLayoutCommands(CLI::App& app, int* exit_code);  // layout generate/check, shard
 void RegisterBenchCommand(CLI::App& app, int* exit_code);  // bench codec
+void RegisterRefitCommands(CLI::App& app, int* exit_code);  // serve push status
 
 }  // namespace dcr::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   dcr::cli::RegisterDemoCommand(app, &exit_code);
   dcr::cli::RegisterLayoutCommands(app, &exit_code);
   dcr::cli::RegisterBenchCommand(app, &exit_code);
+  dcr::cli::RegisterRefitCommands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,49 +1,13 @@
 #include "protocol/delta_diff.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/thread_pool.h"
 #include "base/timing.h"
 #include "protocol/delta_file.h"
+#include "protocol/payload_plan.h"
 
 namespace dcr {
-namespace {
-
-struct PlannedSegment {
-  uint32_t tensor;
-  uint64_t start, count;
-};
-
-// Covers every element of every tensor exactly once, in (tensor, start) order, with payloads of
-// at most `capacity` dense bytes: small tensors share a payload, large ones are split.
-std::vector<std::vector<PlannedSegment>> PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity) {
-  std::vector<std::vector<PlannedSegment>> plan(1);
-  uint64_t fill = 0;
-  for (uint32_t t = 0; t < tensors.size(); ++t) {
-    const uint64_t n = tensors[t].num_elements(), w = DTypeWidth(tensors[t].dtype());
-    for (uint64_t s = 0; s < n;) {
-      if (capacity - fill < w) {
-        plan.emplace_back();
-        fill = 0;
-      }
-      uint64_t take = std::min({n - s, (capacity - fill) / w, kMaxSegmentElements});
-      plan.back().push_back({t, s, take});
-      fill += take * w;
-      s += take;
-    }
-  }
-  if (plan.back().empty()) plan.pop_back();
-  return plan;
-}
-
-struct PayloadResult {
-  std::vector<uint8_t> bytes;  // empty when nothing changed
-  uint64_t changed = 0;
-  std::vector<std::pair<uint32_t, Digest128>> digest_deltas;  // per touched tensor
-};
-
-}  // namespace
 
 Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next, const std::string& out_path,
                                   const DiffOptions& options) {
@@ -69,48 +33,22 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   // Payloads are encoded in waves, held in memory, then written in plan order: the file does not
   // depend on which thread encoded what.
   const size_t wave = static_cast<size_t>(threads) * 2;
-  std::vector<PayloadResult> results(wave);
+  std::vector<EncodedPayload> results(wave);
   uint64_t payloads = 0, done_bytes = 0;
   for (size_t first = 0; first < plan.size(); first += wave) {
     const size_t n = std::min(wave, plan.size() - first);
     auto te = Clock::now();
     DCR_RETURN_IF_ERROR(ParallelFor(n, threads, [&](size_t i) {
-      PayloadResult& r = results[i];
-      r.bytes.clear();
-      r.changed = 0;
-      r.digest_deltas.clear();
-      PayloadBuilder builder(options.encode);
-      for (const PlannedSegment& seg : plan[first + i]) {
-        const TensorRef& b = bt[seg.tensor];
-        const TensorRef& x = nt[seg.tensor];
-        const uint32_t w = DTypeWidth(b.dtype());
-        SegmentSpec spec{seg.tensor, b.dtype(), options.kind, seg.start, seg.count};
-        if (builder.AddDiff(spec, b.bytes.subspan(seg.start * w, seg.count * w),
-                            x.bytes.subspan(seg.start * w, seg.count * w)) == 0)
-          continue;
-        // Target digest = base digest + the changes: O(changed elements).
-        const ChangeSet& changes = builder.last_changes();
-        const uint64_t key = TensorKey(b.name());
-        Digest128 d;
-        for (size_t k = 0; k < changes.size(); ++k) {
-          const uint64_t idx = seg.start + changes.positions[k];
-          uint64_t old_bits = 0, new_bits = 0;
-          std::memcpy(&old_bits, b.bytes.data() + idx * w, w);
-          std::memcpy(&new_bits, x.bytes.data() + idx * w, w);
-          DigestUpdate(&d, key, idx, old_bits, new_bits);
-        }
-        r.digest_deltas.emplace_back(seg.tensor, d);
-      }
-      r.changed = builder.changed();
       // A payload's sequence is its ordinal in the plan (gaps where nothing changed), so it is
       // known before encoding and independent of scheduling.
-      if (builder.segments() > 0) builder.Finish({transfer_id, 0, static_cast<uint32_t>(first + i)}, &r.bytes);
+      EncodePlannedPayload(plan[first + i], bt, nt, options.kind, options.encode,
+                           {transfer_id, 0, static_cast<uint32_t>(first + i)}, &results[i]);
       return Status::Ok();
     }));
     stats.encode_seconds += SecondsSince(te);
     auto tw = Clock::now();
     for (size_t i = 0; i < n; ++i) {
-      const PayloadResult& r = results[i];
+      const EncodedPayload& r = results[i];
       for (const auto& seg : plan[first + i]) done_bytes += seg.count * DTypeWidth(bt[seg.tensor].dtype());
       if (r.changed == 0) continue;
       DCR_RETURN_IF_ERROR(writer.Append(r.bytes, {0, 0, static_cast<uint32_t>(first + i), r.changed}));

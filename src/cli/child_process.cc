@@ -1,0 +1,80 @@
+#include "cli/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace dcr::cli {
+
+Result<ChildProcess> ChildProcess::SpawnSelf(const std::vector<std::string>& args, const std::string& stdout_path,
+                                             const std::string& stderr_path) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ErrnoError("readlink /proc/self/exe");
+  self[n] = 0;
+  const int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) return ErrnoError("open " + stdout_path);
+  const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (err < 0) {
+    ::close(out);
+    return ErrnoError("open " + stderr_path);
+  }
+  std::vector<char*> argv{self};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out), ::close(err);
+    return ErrnoError("fork");
+  }
+  if (pid == 0) {
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(self, argv.data());
+    ::_exit(127);
+  }
+  ::close(out), ::close(err);
+  return ChildProcess(pid);
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+Result<int> ChildProcess::Wait(int timeout_ms) {
+  if (pid_ <= 0) return Internal("waiting for a process that was already reaped");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      const pid_t pid = pid_;
+      pid_ = -1;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return IoError("process " + std::to_string(pid) + " died from signal " + std::to_string(WTERMSIG(status)));
+    }
+    if (r < 0) return ErrnoError("waitpid");
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return IoError("process did not exit within " + std::to_string(timeout_ms / 1000) + " s; killed");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void ChildProcess::Terminate(int grace_ms) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  (void)Wait(grace_ms);
+}
+
+}  // namespace dcr::cli

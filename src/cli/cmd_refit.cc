@@ -1,0 +1,187 @@
+// `dcr serve`, `dcr push`, `dcr status`: the live refit (runtime/).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "protocol/baseline_state.h"
+#include "protocol/replica_state.h"
+#include "runtime/peers.h"
+#include "runtime/push.h"
+#include "runtime/receiver.h"
+
+namespace dcr::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool HasState(const std::string& dir, const char* file) { return fs::exists(fs::path(dir) / file); }
+
+struct ServeArgs {
+  std::string state, listen, init;
+  int threads = 0, retry_ms = 1000;
+};
+
+int RunServe(const ServeArgs& a) {
+  if (!a.init.empty() && !HasState(a.state, "state.json")) {
+    std::fprintf(stderr, "dcr serve: seeding %s from %s\n", a.state.c_str(), a.init.c_str());
+    if (Status s = ReplicaState::Init(a.state, a.init, a.threads); !s.ok()) return ReportError("serve", s);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  ReceiverOptions o;
+  o.state_dir = a.state;
+  o.listen = a.listen;
+  o.threads = a.threads;
+  o.forward_retry_ms = a.retry_ms;
+  Status s = RunReceiver(o, g_stop);
+  return s.ok() ? kExitOk : ReportError("serve", s);
+}
+
+struct PushArgs {
+  std::string baseline, init, next, receivers, producer = "0/1", coordinator, corrupt;
+  size_t arity = 2, window = 8;
+  double timeout = 30;
+  int threads = 0;
+  uint64_t chunk_mib = 32;
+  bool json = false, dense = false, plain = false, duplicate = false;
+};
+
+int RunPush(const PushArgs& a) {
+  PushOptions o;
+  unsigned i = 0, m = 0;
+  char slash = 0;
+  std::istringstream ps(a.producer);
+  if (!(ps >> i >> slash >> m) || slash != '/' || m == 0 || i >= m)
+    return ReportError("push", InvalidArgument("--producer must be I/M with 0 <= I < M, got '" + a.producer + "'"));
+  o.producer = i, o.producers = m;
+  o.baseline_dir = a.baseline;
+  o.new_checkpoint = a.next;
+  o.receivers = SplitList(a.receivers);
+  o.coordinator = a.coordinator;
+  o.arity = a.arity;
+  o.timeout_ms = static_cast<int>(a.timeout * 1000);
+  o.stream.threads = a.threads;
+  o.stream.chunk_bytes = a.chunk_mib << 20;
+  o.stream.dense = a.dense;
+  o.stream.window = a.window;
+  o.stream.deadline_ms = o.timeout_ms;
+  o.stream.encode.context = a.plain ? EncodeOptions::Context::kNever : EncodeOptions::Context::kWhenSmaller;
+  o.stream.duplicate_sends = a.duplicate;
+  for (const std::string& s : SplitList(a.corrupt)) o.stream.corrupt_first_send.insert(static_cast<uint32_t>(std::stoul(s)));
+  if (!a.init.empty() && !HasState(a.baseline, "baseline.json")) {
+    std::fprintf(stderr, "dcr push: seeding baseline %s from %s (producer %u/%u)\n", a.baseline.c_str(), a.init.c_str(), i, m);
+    if (Status s = BaselineState::Init(a.baseline, a.init, i, m, a.threads); !s.ok()) return ReportError("push", s);
+  }
+  auto r = i == 0 ? RunCoordinator(o) : RunFollower(o);
+  if (!r.ok()) return ReportError("push", r.status());
+  for (const std::string& w : r->warnings) std::fprintf(stderr, "dcr push: warning: %s\n", w.c_str());
+  if (a.json) {
+    std::printf("%s\n", r->ToJson().dump().c_str());
+  } else {
+    std::printf("committed %s (transfer %s): %llu of %llu elements changed, %s on the wire for %s dense, %.3f s\n",
+                r->version.ToString().c_str(), Hex64(r->transfer).c_str(),
+                static_cast<unsigned long long>(r->changed), static_cast<unsigned long long>(r->elements),
+                HumanBytes(static_cast<double>(r->wire_bytes)).c_str(), HumanBytes(static_cast<double>(r->dense_bytes)).c_str(),
+                r->total_seconds);
+  }
+  return kExitOk;
+}
+
+int RunStatus(const std::vector<std::string>& endpoints, double timeout) {
+  auto peers = PeerSet::Connect(endpoints);
+  if (!peers.ok()) return ReportError("status", peers.status());
+  auto replies = peers->CallAll({{"type", "status"}}, static_cast<int>(timeout * 1000));
+  int rc = kExitOk;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (!replies[i]) {
+      std::fprintf(stderr, "dcr status: error: %s did not answer within %.1f s\n", endpoints[i].c_str(), timeout);
+      rc = kExitIo;
+      continue;
+    }
+    Json j = *replies[i];
+    j.erase("req");
+    j.erase("type");
+    j.erase("ok");
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return rc;
+}
+
+}  // namespace
+
+void RegisterRefitCommands(CLI::App& app, int* exit_code) {
+  auto serve_args = std::make_shared<ServeArgs>();
+  CLI::App* serve = app.add_subcommand("serve", "Run a receiver: hold one replica and apply live refits in place.");
+  serve->footer(
+      "The state dir holds weights.safetensors (updated in place), state.json (the committed version\n"
+      "and digests) and, during a transfer, journal/ (the old bits of every element a payload touches,\n"
+      "written before the payload is applied). A receiver killed at any instant restarts into the exact\n"
+      "base, or into a voted transfer that awaits the coordinator's decision; never a half-applied one.\n"
+      "`dcr verify DIR CKPT`, `dcr digest DIR` and `dcr inspect DIR` read a state dir like a checkpoint.\n"
+      "SIGTERM or SIGINT stop it cleanly. Layout: docs/state-dirs.md; protocol: docs/refit.md.");
+  serve->add_option("--state", serve_args->state, "State directory of this replica")->required();
+  serve->add_option("--listen", serve_args->listen, "Endpoint to listen on, e.g. tcp://127.0.0.1:7001")->required();
+  serve->add_option("--init", serve_args->init, "Seed an empty state dir from this checkpoint (version 0)");
+  serve->add_option("--threads", serve_args->threads, "Threads for digests (0 = all)");
+  serve->add_option("--retry-ms", serve_args->retry_ms, "Resend a forwarded payload not acknowledged within this time");
+  serve->callback([serve_args, exit_code] { *exit_code = RunServe(*serve_args); });
+
+  auto push_args = std::make_shared<PushArgs>();
+  CLI::App* push = app.add_subcommand("push", "Run a producer: send NEW to the receivers as a delta, with a joint commit.");
+  push->footer(
+      "One push is one refit: diff NEW against the baseline, stream payloads through the relay tree\n"
+      "(receiver I of N roots producer P's tree when I = P mod N; each node forwards to its --arity\n"
+      "children), flush, collect every receiver's vote, record the decision durably in the baseline\n"
+      "dir of producer 0, then commit everywhere and advance the baseline. Any failure aborts: every\n"
+      "receiver rolls back to the base and the baselines stay where they were.\n"
+      "Several producers: start `--producer 0/M --receivers ... --coordinator tcp://HOST:PORT` (the\n"
+      "coordinator binds that endpoint) and `--producer I/M --coordinator tcp://HOST:PORT` for\n"
+      "I = 1..M-1 (they connect to it and learn the transfer and the receivers from it). Producer I\n"
+      "owns the tensors whose catalog index is I mod M; its baseline dir holds only those.\n"
+      "--json prints the new version, element and byte counts and stage timings as one JSON object.");
+  push->add_option("--baseline", push_args->baseline, "This producer's baseline directory")->required();
+  push->add_option("--init", push_args->init, "Seed an empty baseline dir from this checkpoint (version 0)");
+  push->add_option("--new", push_args->next, "The new checkpoint (safetensors file or sharded dir)")->required();
+  push->add_option("--receivers", push_args->receivers, "Comma-separated receiver endpoints (producer 0 only)");
+  push->add_option("--producer", push_args->producer, "I/M: this producer's index and the producer count")->capture_default_str();
+  push->add_option("--coordinator", push_args->coordinator, "Coordinator endpoint (bound by producer 0, joined by the others)");
+  push->add_option("--arity", push_args->arity, "Children per node of the relay tree")->capture_default_str();
+  push->add_option("--timeout", push_args->timeout, "Seconds to wait for any peer before aborting")->capture_default_str();
+  push->add_option("--threads", push_args->threads, "Encoder threads (0 = all)");
+  push->add_option("--chunk-mib", push_args->chunk_mib, "Dense MiB covered by one payload at most")->capture_default_str();
+  push->add_option("--window", push_args->window, "Unacknowledged payloads in flight")->capture_default_str();
+  push->add_flag("--plain", push_args->plain, "Plain codec mode only (default: context mode where smaller)");
+  push->add_flag("--dense", push_args->dense, "Send every element (a full-checkpoint refit through the same path, for comparison)");
+  push->add_flag("--json", push_args->json, "Print the result as JSON");
+  push->add_option("--inject-corrupt", push_args->corrupt, "Testing: damage the first send of these payload sequences (comma list)");
+  push->add_flag("--inject-duplicate", push_args->duplicate, "Testing: send every payload twice");
+  push->callback([push_args, exit_code] { *exit_code = RunPush(*push_args); });
+
+  auto endpoints = std::make_shared<std::vector<std::string>>();
+  auto timeout = std::make_shared<double>(5);
+  CLI::App* status = app.add_subcommand("status", "Print each receiver's version, digest, pending transfer and last refit as JSON.");
+  status->add_option("endpoints", *endpoints, "Receiver endpoints")->required();
+  status->add_option("--timeout", *timeout, "Seconds to wait for each answer")->capture_default_str();
+  status->callback([endpoints, timeout, exit_code] { *exit_code = RunStatus(*endpoints, *timeout); });
+}
+
+}  // namespace dcr::cli

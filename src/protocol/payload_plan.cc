@@ -1,0 +1,78 @@
+#include "protocol/payload_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dcr {
+
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vector<uint32_t>& owned,
+                         uint64_t capacity) {
+  DCR_CHECK(capacity >= 8);
+  PayloadPlan plan(1);
+  uint64_t fill = 0;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const uint32_t t = owned[i];
+    DCR_CHECK(t < tensors.size() && (i == 0 || owned[i - 1] < t));
+    const uint64_t n = tensors[t].num_elements(), w = DTypeWidth(tensors[t].dtype());
+    for (uint64_t s = 0; s < n;) {
+      if (capacity - fill < w) {
+        plan.emplace_back();
+        fill = 0;
+      }
+      const uint64_t take = std::min({n - s, (capacity - fill) / w, kMaxSegmentElements});
+      plan.back().push_back({t, s, take});
+      fill += take * w;
+      s += take;
+    }
+  }
+  if (plan.back().empty()) plan.pop_back();
+  return plan;
+}
+
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity) {
+  std::vector<uint32_t> all(tensors.size());
+  for (uint32_t t = 0; t < all.size(); ++t) all[t] = t;
+  return PlanPayloads(tensors, all, capacity);
+}
+
+void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
+                          const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
+                          const PayloadIdentity& identity, EncodedPayload* out) {
+  out->bytes.clear();
+  out->changed = 0;
+  out->digest_deltas.clear();
+  PayloadBuilder builder(encode);
+  for (const PlannedSegment& seg : segments) {
+    DCR_CHECK(seg.tensor < base.size() && seg.tensor < next.size());
+    const TensorRef& b = base[seg.tensor];
+    const TensorRef& x = next[seg.tensor];
+    DCR_CHECK(b.info != nullptr && x.info != nullptr && b.dtype() == x.dtype() &&
+              b.num_elements() == x.num_elements() && seg.count <= b.num_elements() &&
+              seg.start <= b.num_elements() - seg.count);
+    const uint32_t w = DTypeWidth(b.dtype());
+    const SegmentSpec spec{seg.tensor, b.dtype(), kind, seg.start, seg.count};
+    if (builder.AddDiff(spec, b.bytes.subspan(seg.start * w, seg.count * w),
+                        x.bytes.subspan(seg.start * w, seg.count * w)) == 0)
+      continue;
+    // Target digest = base digest + the changes: O(changed elements).
+    const ChangeSet& changes = builder.last_changes();
+    const uint64_t key = TensorKey(b.name());
+    Digest128 d;
+    for (size_t k = 0; k < changes.size(); ++k) {
+      const uint64_t idx = seg.start + changes.positions[k];
+      uint64_t old_bits = 0, new_bits = 0;
+      std::memcpy(&old_bits, b.bytes.data() + idx * w, w);
+      std::memcpy(&new_bits, x.bytes.data() + idx * w, w);
+      DigestUpdate(&d, key, idx, old_bits, new_bits);
+    }
+    // Segments of one tensor are adjacent in a plan: merge them into one entry per tensor.
+    if (!out->digest_deltas.empty() && out->digest_deltas.back().first == seg.tensor)
+      out->digest_deltas.back().second += d;
+    else
+      out->digest_deltas.emplace_back(seg.tensor, d);
+  }
+  out->changed = builder.changed();
+  if (builder.segments() > 0) builder.Finish(identity, &out->bytes);
+}
+
+}  // namespace dcr

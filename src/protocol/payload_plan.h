@@ -1,0 +1,55 @@
+// The payload planner and the per-payload encoder shared by the offline diff (delta_diff.h) and
+// the live producer. A plan cuts a set of tensors, in catalog order, into payloads of bounded
+// dense size (small tensors share one, large ones are split); each planned payload is then diffed
+// and encoded on its own, so payloads can be encoded in parallel and emitted in plan order.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "codec/payload_codec.h"
+#include "format/checkpoint.h"
+#include "protocol/state_digest.h"
+
+namespace dcr {
+
+// A contiguous element range [start, start + count) of the tensor at catalog index `tensor`.
+struct PlannedSegment {
+  uint32_t tensor;  // catalog index
+  uint64_t start, count;
+  bool operator==(const PlannedSegment&) const = default;
+};
+// plan[i] is the i-th payload's segments, ascending by (tensor, start).
+using PayloadPlan = std::vector<std::vector<PlannedSegment>>;
+
+// Covers every element of the listed tensors (`owned`: catalog indices into `tensors`, strictly
+// ascending) exactly once, in (tensor, start) order, with payloads of at most `capacity` dense
+// bytes (`capacity` >= 8, the widest element): tensors are taken in order and cut greedily, a
+// payload is closed when the next element no longer fits, and no segment exceeds
+// kMaxSegmentElements. Empty tensors get no segment; a plan may be empty. Deterministic: it
+// depends only on the listed tensors' dtypes and element counts.
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vector<uint32_t>& owned,
+                         uint64_t capacity);
+
+// Every tensor owned: 0, 1, …, tensors.size() - 1.
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity);
+
+struct EncodedPayload {
+  std::vector<uint8_t> bytes;  // the encoded payload; empty when nothing in it changed
+  uint64_t changed = 0;        // changed elements
+  // Per touched tensor (catalog index, ascending): the state-digest change h(new) - h(old) summed
+  // over its changed elements in this payload. Target digest = base digest + these deltas.
+  std::vector<std::pair<uint32_t, Digest128>> digest_deltas;
+};
+
+// Diffs and encodes one planned payload. `base` and `next` are indexed by catalog index (the
+// same catalog); only the entries the segments name are read, and they must hold tensors of
+// equal dtype and element count (checked: a violation is a bug in the caller). `out` is reset
+// first (its buffers are reused). With nothing changed, `out->bytes` stays empty and nothing is
+// encoded. The bytes depend only on the inputs (not on threads or scheduling).
+void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
+                          const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
+                          const PayloadIdentity& identity, EncodedPayload* out);
+
+}  // namespace dcr

@@ -1,0 +1,86 @@
+#include "runtime/decision_log.h"
+
+#include <filesystem>
+
+#include "base/durable_file.h"
+#include "base/mapped_file.h"
+#include "runtime/messages.h"
+
+namespace dcr {
+namespace fs = std::filesystem;
+
+const char* TransferStateName(TransferRecord::State s) {
+  switch (s) {
+    case TransferRecord::State::kStarted: return "started";
+    case TransferRecord::State::kCommit: return "commit";
+    case TransferRecord::State::kAbort: return "abort";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string RecordPath(const std::string& dir, uint64_t transfer) { return dir + "/" + Hex64(transfer) + ".json"; }
+
+Result<TransferRecord> ReadRecord(const std::string& path) {
+  DCR_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  const auto bytes = f.bytes();
+  Json j = Json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt(path + ": not a transfer record");
+  TransferRecord r;
+  DCR_ASSIGN_OR_RETURN(r.transfer, ParseHex64(j, "transfer"));
+  const std::string state = j.value("state", "");
+  if (state == "started") r.state = TransferRecord::State::kStarted;
+  else if (state == "commit") r.state = TransferRecord::State::kCommit;
+  else if (state == "abort") r.state = TransferRecord::State::kAbort;
+  else return Corrupt(path + ": unknown state '" + state + "'");
+  DCR_ASSIGN_OR_RETURN(r.base, ParseVersion(j, "base"));
+  if (r.state == TransferRecord::State::kCommit) {
+    DCR_ASSIGN_OR_RETURN(r.target, ParseVersion(j, "target"));
+  }
+  r.reason = j.value("reason", "");
+  return r;
+}
+
+}  // namespace
+
+Result<DecisionLog> DecisionLog::Open(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir + "/decisions", ec);
+  if (ec) return IoError("cannot create " + dir + "/decisions: " + ec.message());
+  DecisionLog log;
+  log.dir_ = dir + "/decisions";
+  return log;
+}
+
+Result<std::optional<TransferRecord>> DecisionLog::Find(uint64_t transfer) const {
+  const std::string path = RecordPath(dir_, transfer);
+  if (!fs::exists(path)) return std::optional<TransferRecord>();
+  DCR_ASSIGN_OR_RETURN(TransferRecord r, ReadRecord(path));
+  return std::optional<TransferRecord>(r);
+}
+
+Result<uint64_t> DecisionLog::AttemptsFrom(const Version& base) const {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() != ".json") continue;
+    DCR_ASSIGN_OR_RETURN(TransferRecord r, ReadRecord(e.path().string()));
+    if (r.base == base) ++n;
+  }
+  if (ec) return IoError("cannot list " + dir_ + ": " + ec.message());
+  return n;
+}
+
+Status DecisionLog::Record(const TransferRecord& r) {
+  DCR_ASSIGN_OR_RETURN(auto existing, Find(r.transfer));
+  if (existing && existing->state == TransferRecord::State::kCommit && r.state != TransferRecord::State::kCommit)
+    return Internal("transfer " + Hex64(r.transfer) + " is already committed; it cannot become " + TransferStateName(r.state));
+  Json j{{"transfer", Hex64(r.transfer)}, {"state", TransferStateName(r.state)}, {"base", VersionJson(r.base)}};
+  if (r.state == TransferRecord::State::kCommit) j["target"] = VersionJson(r.target);
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  const std::string text = j.dump() + "\n";
+  return WriteFileAtomic(RecordPath(dir_, r.transfer), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+}  // namespace dcr
