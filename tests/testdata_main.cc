@@ -8,6 +8,9 @@
 //       seed gives the same tensors whether written as single files or sharded directories.
 //   dcr_testdata mismatch --kind shape|dtype|name IN OUT
 //       OUT: IN's tensors and bytes with one tensor's shape, dtype or name changed.
+//   dcr_testdata chain --steps N [--seed S] [--layers L] [--hidden H] [--vocab V] DIR
+//       DIR/step_0 .. step_N.safetensors: a synthetic BF16 training trajectory (synth/), N Adam
+//       steps with the learning rate rising 1e-6 -> 3e-6 -> 1e-5 over the chain.
 //   dcr_testdata huge BASE NEW
 //       A U8 tensor of 2^32 + 64 elements (sparse files, ~0 disk) plus a small tensor stored
 //       after it (file offsets above 4 GiB); NEW differs in a few bytes on both sides of 2^32.
@@ -17,9 +20,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -28,6 +33,7 @@
 #include "format/checkpoint.h"
 #include "format/dtype.h"
 #include "format/safetensors.h"
+#include "synth/trajectory.h"
 
 namespace dcr {
 namespace {
@@ -36,7 +42,8 @@ int Usage() {
   std::fprintf(stderr,
                "usage: dcr_testdata pair [--seed N] [--sharded MAX_SHARD_BYTES] [--big N] BASE NEW\n"
                "       dcr_testdata mismatch --kind shape|dtype|name IN OUT\n"
-               "       dcr_testdata huge BASE NEW\n");
+               "       dcr_testdata huge BASE NEW\n"
+               "       dcr_testdata chain --steps N [--seed S] [--layers L] [--hidden H] [--vocab V] DIR\n");
   return 2;
 }
 
@@ -332,6 +339,40 @@ int RunHuge(int argc, char** argv) {
   return 0;
 }
 
+
+int RunChain(int argc, char** argv) {
+  int steps = 3;
+  uint64_t seed = 11;
+  SynthModelConfig model;
+  model.layers = 1;
+  model.hidden = 128;
+  model.vocab = 512;
+  std::string dir;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> uint64_t { return i + 1 < argc ? std::stoull(argv[++i]) : 0; };
+    if (a == "--steps") steps = static_cast<int>(next());
+    else if (a == "--seed") seed = next();
+    else if (a == "--layers") model.layers = static_cast<uint32_t>(next());
+    else if (a == "--hidden") model.hidden = static_cast<uint32_t>(next());
+    else if (a == "--vocab") model.vocab = static_cast<uint32_t>(next());
+    else dir = a;
+  }
+  if (dir.empty() || steps < 1 || model.hidden % model.heads != 0) return Usage();
+  model.intermediate = model.hidden * 8 / 3 / 8 * 8;
+  std::filesystem::create_directories(dir);
+  SynthTrajectory traj(model, {seed, 1e-6});
+  const double rates[] = {1e-6, 3e-6, 1e-5};
+  for (int k = 0; k <= steps; ++k) {
+    if (k > 0) {
+      traj.set_learning_rate(rates[std::min(2, (k - 1) * 3 / steps)]);
+      traj.Step();
+    }
+    if (Status s = traj.WriteSnapshot(dir + "/step_" + std::to_string(k) + ".safetensors"); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace dcr
 
@@ -341,5 +382,6 @@ int main(int argc, char** argv) {
   if (cmd == "pair") return dcr::RunPair(argc - 2, argv + 2);
   if (cmd == "mismatch") return dcr::RunMismatch(argc - 2, argv + 2);
   if (cmd == "huge") return dcr::RunHuge(argc - 2, argv + 2);
+  if (cmd == "chain") return dcr::RunChain(argc - 2, argv + 2);
   return dcr::Usage();
 }

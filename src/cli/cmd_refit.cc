@@ -61,7 +61,7 @@ struct PushArgs {
   size_t arity = 2, window = 8;
   double timeout = 30;
   int threads = 0;
-  uint64_t chunk_mib = 32;
+  uint64_t chunk_kib = 32 << 10;
   bool json = false, dense = false, plain = false, duplicate = false;
 };
 
@@ -80,7 +80,7 @@ int RunPush(const PushArgs& a) {
   o.arity = a.arity;
   o.timeout_ms = static_cast<int>(a.timeout * 1000);
   o.stream.threads = a.threads;
-  o.stream.chunk_bytes = a.chunk_mib << 20;
+  o.stream.chunk_bytes = a.chunk_kib << 10;
   o.stream.dense = a.dense;
   o.stream.window = a.window;
   o.stream.deadline_ms = o.timeout_ms;
@@ -167,7 +167,7 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
   push->add_option("--arity", push_args->arity, "Children per node of the relay tree")->capture_default_str();
   push->add_option("--timeout", push_args->timeout, "Seconds to wait for any peer before aborting")->capture_default_str();
   push->add_option("--threads", push_args->threads, "Encoder threads (0 = all)");
-  push->add_option("--chunk-mib", push_args->chunk_mib, "Dense MiB covered by one payload at most")->capture_default_str();
+  push->add_option("--chunk-kib", push_args->chunk_kib, "Dense KiB covered by one payload at most")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   push->add_option("--window", push_args->window, "Unacknowledged payloads in flight")->capture_default_str();
   push->add_flag("--plain", push_args->plain, "Plain codec mode only (default: context mode where smaller)");
   push->add_flag("--dense", push_args->dense, "Send every element (a full-checkpoint refit through the same path, for comparison)");
