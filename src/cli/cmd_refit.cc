@@ -13,6 +13,7 @@
 #include "runtime/peers.h"
 #include "runtime/push.h"
 #include "runtime/receiver.h"
+#include "transport/zmq_socket.h"
 
 namespace dcr::cli {
 namespace {
@@ -35,7 +36,7 @@ bool HasState(const std::string& dir, const char* file) { return fs::exists(fs::
 
 struct ServeArgs {
   std::string state, listen, init;
-  int threads = 0, retry_ms = 1000;
+  int threads = 0, retry_ms = 5000;
 };
 
 int RunServe(const ServeArgs& a) {
@@ -70,7 +71,7 @@ int RunPush(const PushArgs& a) {
   unsigned i = 0, m = 0;
   char slash = 0;
   std::istringstream ps(a.producer);
-  if (!(ps >> i >> slash >> m) || slash != '/' || m == 0 || i >= m)
+  if (!(ps >> i >> slash >> m) || slash != '/' || m == 0 || i >= m || ps.peek() != std::char_traits<char>::eof())
     return ReportError("push", InvalidArgument("--producer must be I/M with 0 <= I < M, got '" + a.producer + "'"));
   o.producer = i, o.producers = m;
   o.baseline_dir = a.baseline;
@@ -86,12 +87,22 @@ int RunPush(const PushArgs& a) {
   o.stream.deadline_ms = o.timeout_ms;
   o.stream.encode.context = a.plain ? EncodeOptions::Context::kNever : EncodeOptions::Context::kWhenSmaller;
   o.stream.duplicate_sends = a.duplicate;
-  for (const std::string& s : SplitList(a.corrupt)) o.stream.corrupt_first_send.insert(static_cast<uint32_t>(std::stoul(s)));
+  for (const std::string& s : SplitList(a.corrupt)) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      return ReportError("push", InvalidArgument("--inject-corrupt takes payload sequence numbers, got '" + s + "'"));
+    o.stream.corrupt_first_send.insert(static_cast<uint32_t>(std::stoul(s)));
+  }
   if (!a.init.empty() && !HasState(a.baseline, "baseline.json")) {
     std::fprintf(stderr, "dcr push: seeding baseline %s from %s (producer %u/%u)\n", a.baseline.c_str(), a.init.c_str(), i, m);
     if (Status s = BaselineState::Init(a.baseline, a.init, i, m, a.threads); !s.ok()) return ReportError("push", s);
   }
-  auto r = i == 0 ? RunCoordinator(o) : RunFollower(o);
+  Result<PushReport> r = Internal("not run");
+  try {
+    r = i == 0 ? RunCoordinator(o) : RunFollower(o);
+  } catch (const Json::exception& e) {  // a peer sent a field of the wrong type
+    r = Corrupt(std::string("malformed message from a peer: ") + e.what());
+  }
+  ShutdownTransport();  // delivers the last messages (decisions, "advanced") before exiting
   if (!r.ok()) return ReportError("push", r.status());
   for (const std::string& w : r->warnings) std::fprintf(stderr, "dcr push: warning: %s\n", w.c_str());
   if (a.json) {
@@ -142,7 +153,7 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
   serve->add_option("--listen", serve_args->listen, "Endpoint to listen on, e.g. tcp://127.0.0.1:7001")->required();
   serve->add_option("--init", serve_args->init, "Seed an empty state dir from this checkpoint (version 0)");
   serve->add_option("--threads", serve_args->threads, "Threads for digests (0 = all)");
-  serve->add_option("--retry-ms", serve_args->retry_ms, "Resend a forwarded payload not acknowledged within this time");
+  serve->add_option("--retry-ms", serve_args->retry_ms, "Resend a forwarded payload not acknowledged within this time")->capture_default_str();
   serve->callback([serve_args, exit_code] { *exit_code = RunServe(*serve_args); });
 
   auto push_args = std::make_shared<PushArgs>();

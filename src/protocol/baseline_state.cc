@@ -66,7 +66,7 @@ Status RemoveFile(const std::string& path) {
   return Status::Ok();
 }
 
-// baseline.json (current) or staged/<transfer>.json (staged): docs/baseline-dir.md.
+// baseline.json (current) or staged/<transfer>.json (staged): docs/state-dirs.md §Producer baseline directory.
 struct Manifest {
   uint32_t producer = 0, producers = 1;
   Version version;
@@ -311,7 +311,7 @@ Result<BaselineState> BaselineState::Open(const std::string& dir, uint32_t produ
   s.tensor_digests_ = std::move(m.tensor_digests);
   s.baseline_.emplace(std::move(c));
 
-  // Recovery (docs/baseline-dir.md §Recovery). Staged transfers not based on the current version
+  // Recovery (docs/state-dirs.md §Producer baseline directory §Recovery). Staged transfers not based on the current version
   // can never be committed (already committed, or stale): their json goes first, made durable,
   // then unreferenced tensors files and temporaries go.
   std::error_code ec;

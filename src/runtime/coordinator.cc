@@ -61,6 +61,9 @@ class Followers {
       if (p == 0 || p >= n_) continue;
       const std::string t = (*h)["type"].get<std::string>();
       if (t == "join") {  // (re)joins are answered whenever they come: a follower may retry
+        if ((*h).value("producers", 0u) != n_)
+          return InvalidArgument("producer " + std::to_string(p) + " runs as one of " + std::to_string((*h).value("producers", 0u)) +
+                                 " producers, the coordinator as one of " + std::to_string(n_));
         routes_[p] = m[0];
         DCR_RETURN_IF_ERROR(AnswerJoin(m[0], *h, log));
       }
@@ -153,6 +156,7 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
   if (o.producers > 1) {
     if (o.coordinator.empty()) return InvalidArgument("--coordinator is required with more than one producer");
     DCR_ASSIGN_OR_RETURN(ZmqSocket r, ZmqSocket::Bind(o.coordinator));
+    DCR_RETURN_IF_ERROR(r.SetLinger(2000));  // a decision broadcast just before exit still arrives
     router.emplace(std::move(r));
   }
   Followers followers(router ? &*router : nullptr, o.producers, o.timeout_ms);
@@ -279,7 +283,7 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
       flush["expected"].push_back({p, s});
       ++report.payloads;
     }
-  auto votes = receivers.CallAll(flush, o.timeout_ms + 2000);
+  auto votes = receivers.CallAll(flush, o.timeout_ms + std::min(o.timeout_ms, 2000));
   report.flush_seconds = SecondsSince(t_flush);
   std::string no;
   for (size_t i = 0; i < votes.size(); ++i) {

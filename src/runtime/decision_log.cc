@@ -74,8 +74,10 @@ Result<uint64_t> DecisionLog::AttemptsFrom(const Version& base) const {
 
 Status DecisionLog::Record(const TransferRecord& r) {
   DCR_ASSIGN_OR_RETURN(auto existing, Find(r.transfer));
-  if (existing && existing->state == TransferRecord::State::kCommit && r.state != TransferRecord::State::kCommit)
-    return Internal("transfer " + Hex64(r.transfer) + " is already committed; it cannot become " + TransferStateName(r.state));
+  // Decisions are final: commit and abort are never overwritten by anything else.
+  if (existing && existing->state != TransferRecord::State::kStarted && existing->state != r.state)
+    return Internal("transfer " + Hex64(r.transfer) + " is already decided (" + TransferStateName(existing->state) +
+                    "); it cannot become " + TransferStateName(r.state));
   Json j{{"transfer", Hex64(r.transfer)}, {"state", TransferStateName(r.state)}, {"base", VersionJson(r.base)}};
   if (r.state == TransferRecord::State::kCommit) j["target"] = VersionJson(r.target);
   if (!r.reason.empty()) j["reason"] = r.reason;

@@ -31,7 +31,8 @@ class DecisionLog {
   Result<std::optional<TransferRecord>> Find(uint64_t transfer) const;
   // How many transfers were ever started from `base` (the next attempt number).
   Result<uint64_t> AttemptsFrom(const Version& base) const;
-  // Durable before it returns. A commit record is final: recording anything over it is kInternal.
+  // Durable before it returns. A decision (commit or abort) is final: recording another state
+  // over it is kInternal.
   Status Record(const TransferRecord& record);
 
  private:

@@ -49,7 +49,8 @@ Result<PushReport> RunFollower(const PushOptions& o) {
   if (o.coordinator.empty()) return InvalidArgument("--coordinator is required for producer " + std::to_string(o.producer));
   DCR_ASSIGN_OR_RETURN(BaselineState baseline, BaselineState::Open(o.baseline_dir, o.producer, o.producers));
   DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(o.new_checkpoint));
-  DCR_ASSIGN_OR_RETURN(ZmqSocket socket, ZmqSocket::Connect(o.coordinator, 0));
+  DCR_ASSIGN_OR_RETURN(ZmqSocket socket, ZmqSocket::Connect(o.coordinator, 0, /*queue_until_connected=*/true));
+  DCR_RETURN_IF_ERROR(socket.SetLinger(2000));  // "failed" and "advanced" must outlive the process
   CoordinatorLink link(std::move(socket), o.producer, o.timeout_ms);
 
   // Join (retried until the coordinator is up), learning the decisions of our staged transfers.
@@ -112,7 +113,8 @@ Result<PushReport> RunFollower(const PushOptions& o) {
   report.stage_seconds = SecondsSince(t_stage);
   DCR_RETURN_IF_ERROR(link.Send({{"type", "staged"}}));
 
-  DCR_ASSIGN_OR_RETURN(Json decision, link.Wait("decision"));
+  // The coordinator flushes (up to 2 timeouts) before it decides.
+  DCR_ASSIGN_OR_RETURN(Json decision, link.Wait("decision", 3 * o.timeout_ms));
   if (decision.value("state", "") != "commit") {
     DCR_RETURN_IF_ERROR(baseline.DropStaged(transfer));
     return Aborted(base);

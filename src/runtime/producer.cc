@@ -60,7 +60,11 @@ class PayloadQueue {
 struct InFlight {
   StreamedPayload payload;
   Clock::time_point sent;
+  int resends = 0;
 };
+
+// A payload refused as damaged in transit is resent at most this many times.
+constexpr int kMaxResends = 8;
 
 // The whole planned payload as overwrites of every element: what a full-checkpoint refit sends
 // through the same path (`dcr push --dense`), for comparison.
@@ -184,7 +188,7 @@ Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint&
       DCR_RETURN_IF_ERROR(send(p, damage).WithContext("streaming to root receiver " + root));
       if (options.duplicate_sends) DCR_RETURN_IF_ERROR(send(p, false).WithContext("streaming to root receiver " + root));
       inflight[p.sequence] = {p, Clock::now()};
-      result.payloads.push_back(p);
+      result.payloads.push_back({p.sequence, p.changed, nullptr});  // bytes are held only until acknowledged
       result.wire_bytes += p.bytes->size();
       result.changed += p.changed;
     }
@@ -199,7 +203,7 @@ Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint&
         if (s.ok()) {
           inflight.erase(it);
           last_progress = Clock::now();
-        } else if (s.code() == StatusCode::kCorrupt) {
+        } else if (r.value("resend", false) && ++it->second.resends <= kMaxResends) {
           ++result.resends;  // damaged in transit: the identical bytes again
           DCR_RETURN_IF_ERROR(send(it->second.payload, false));
           it->second.sent = Clock::now();

@@ -29,7 +29,7 @@ struct StreamOptions {
   EncodeOptions encode;
   bool dense = false;          // every element as an overwrite: a full-checkpoint refit through the same path
   size_t window = 8;           // unacknowledged payloads in flight
-  int ack_timeout_ms = 2000;   // resend a payload not acknowledged within this time
+  int ack_timeout_ms = 5000;   // resend a payload not acknowledged within this time
   int deadline_ms = 30000;     // give up when no acknowledgement arrives for this long
   // Fault injection for tests: damage the first send of these sequences; send everything twice.
   std::set<uint32_t> corrupt_first_send;
@@ -43,7 +43,7 @@ struct StreamedPayload {
 };
 
 struct StreamResult {
-  std::vector<StreamedPayload> payloads;  // in sequence order
+  std::vector<StreamedPayload> payloads;  // in sequence order; bytes not kept (null)
   std::map<std::string, Digest128> target_digests;  // owned tensors
   uint64_t changed = 0, elements = 0, dense_bytes = 0;  // owned tensors
   uint64_t wire_bytes = 0;  // sum of payload sizes: one copy

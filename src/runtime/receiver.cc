@@ -1,5 +1,6 @@
 #include "runtime/receiver.h"
 
+#include <deque>
 #include <map>
 #include <set>
 #include <vector>
@@ -15,6 +16,9 @@ namespace dcr {
 namespace {
 
 using PayloadKey = std::pair<uint32_t, uint32_t>;  // (producer, sequence)
+
+// A payload refused as damaged in transit is resent at most this many times.
+constexpr int kMaxResends = 8;
 
 struct Forward {
   std::shared_ptr<const Frame> bytes;
@@ -34,7 +38,7 @@ struct TransferContext {
   std::vector<std::string> receivers;
   size_t me = 0, arity = 2;
   Clock::time_point started;
-  uint64_t payloads = 0, duplicates = 0, rejected = 0, changed = 0, bytes_in = 0, forwarded_bytes = 0;
+  uint64_t payloads = 0, duplicates = 0, rejected = 0, changed = 0, bytes_in = 0, forwarded_bytes = 0, reforwarded_bytes = 0;
   double apply_seconds = 0;
   std::string failure;  // first payload that could not be applied: the vote is no
 };
@@ -61,7 +65,7 @@ class ReceiverLoop {
         sockets.push_back(&child->socket);
         children.push_back(child.get());
       }
-      DCR_ASSIGN_OR_RETURN(std::vector<bool> ready, PollReadable(sockets, 100));
+      DCR_ASSIGN_OR_RETURN(std::vector<bool> ready, PollReadable(sockets, apply_queue_.empty() ? 100 : 0));
       Message m;
       if (ready[0]) {
         // Drain what is queued, but keep the loop responsive to child replies.
@@ -79,6 +83,7 @@ class ReceiverLoop {
           HandleChildReply(*children[i], m);
         }
       }
+      ApplyNextStaged();
       ResendOverdue();
       CheckFlush();
     }
@@ -98,7 +103,17 @@ class ReceiverLoop {
     if (!s.ok()) Log("reply dropped: " + s.ToString());
   }
 
+  // A message whose JSON has fields of the wrong type is refused, never fatal.
   void HandleRequest(const Message& m) {
+    try {
+      HandleRequestUnchecked(m);
+    } catch (const Json::exception& e) {
+      Log(std::string("malformed message refused: ") + e.what());
+      if (m.size() >= 2) Reply(m[0], ErrorReply(0, Corrupt(std::string("malformed message: ") + e.what())));
+    }
+  }
+
+  void HandleRequestUnchecked(const Message& m) {
     if (m.size() < 2) return;
     const Frame& route = m[0];
     auto header = ParseHeader(m[1], "a client");
@@ -181,6 +196,7 @@ class ReceiverLoop {
       Json e = ErrorReply(req, s);
       e["producer"] = r["producer"];
       e["seq"] = r["seq"];
+      if (resend_) e["resend"] = true;
       Reply(route, e);
     };
     const auto& pending = state_.pending();
@@ -191,11 +207,22 @@ class ReceiverLoop {
     // Checksum and structure before anything else: a payload damaged in transit is refused
     // here and the sender resends it.
     PayloadLayout layout;
-    if (Status s = ParsePayload(bytes, &layout); !s.ok()) return fail(s);
+    if (Status s = ParsePayload(bytes, &layout); !s.ok()) {
+      resend_ = true;  // damaged in transit (or by the sender): the identical bytes are asked for again
+      fail(s);
+      resend_ = false;
+      return;
+    }
     const PayloadKey key{layout.identity.producer_id, layout.identity.sequence};
     if (layout.identity.transfer_id != *transfer || key.first != h.value("producer", 0u) || key.second != h.value("seq", 0u))
       return fail(Corrupt("payload identity does not match its message header"));
     ctx_.bytes_in += bytes.size();
+    if (staged_.count(key)) {  // a resend of a payload still waiting to be applied
+      ++ctx_.duplicates;
+      r["ok"] = true;
+      r["duplicate"] = true;
+      return Reply(route, r);
+    }
     if (state_.HasApplied(key.first, key.second)) {
       auto dup = state_.ApplyPayload(bytes);  // refuses other bytes under the same identity
       if (!dup.ok()) return fail(dup.status());
@@ -211,8 +238,19 @@ class ReceiverLoop {
     Reply(route, r);
     auto shared = std::make_shared<const Frame>(bytes);
     ForwardToChildren(key, shared);
+    staged_.insert(key);
+    apply_queue_.push_back({key, std::move(shared)});
+  }
+
+  // Applies the oldest staged payload. The loop applies one payload per turn, so ACKs and
+  // forwarding of later payloads wait for at most one apply.
+  void ApplyNextStaged() {
+    if (apply_queue_.empty()) return;
+    auto [key, bytes] = std::move(apply_queue_.front());
+    apply_queue_.pop_front();
+    staged_.erase(key);
     auto t0 = Clock::now();
-    auto outcome = state_.ApplyPayload(*shared);
+    auto outcome = state_.ApplyPayload(*bytes);
     ctx_.apply_seconds += SecondsSince(t0);
     if (!outcome.ok()) {
       if (ctx_.failure.empty()) ctx_.failure = outcome.status().ToString();
@@ -231,7 +269,7 @@ class ReceiverLoop {
       const std::string& endpoint = ctx_.receivers[c];
       auto it = children_.find(endpoint);
       if (it == children_.end()) {
-        auto socket = ZmqSocket::Connect(endpoint, /*send_timeout_ms=*/0);
+        auto socket = ZmqSocket::Connect(endpoint, /*send_timeout_ms=*/0, /*queue_until_connected=*/true);
         if (!socket.ok()) {
           Log("cannot reach child " + endpoint + ": " + socket.status().ToString());
           continue;
@@ -249,10 +287,18 @@ class ReceiverLoop {
     Json h{{"type", "payload"}, {"req", ++next_req_}, {"transfer", Hex64(f.transfer)}, {"producer", key.first}, {"seq", key.second}};
     f.sent = Clock::now();
     ++f.attempts;
-    if (child.socket.Send({HeaderFrame(h)}, *f.bytes).ok()) ctx_.forwarded_bytes += f.bytes->size();
+    if (child.socket.Send({HeaderFrame(h)}, *f.bytes).ok()) (f.attempts == 1 ? ctx_.forwarded_bytes : ctx_.reforwarded_bytes) += f.bytes->size();
   }
 
   void HandleChildReply(Child& child, const Message& m) {
+    try {
+      HandleChildReplyUnchecked(child, m);
+    } catch (const Json::exception& e) {
+      Log("malformed reply from child " + child.socket.endpoint() + ": " + e.what());
+    }
+  }
+
+  void HandleChildReplyUnchecked(Child& child, const Message& m) {
     if (m.empty()) return;
     auto h = ParseHeader(m[0], child.socket.endpoint());
     if (!h.ok()) return;
@@ -262,7 +308,7 @@ class ReceiverLoop {
     Status s = ReplyStatus(*h, child.socket.endpoint());
     if (s.ok()) {
       child.unacked.erase(it);
-    } else if (s.code() == StatusCode::kCorrupt) {
+    } else if ((*h).value("resend", false) && it->second.attempts < kMaxResends) {
       SendForward(child, key, it->second);  // damaged in transit: resend the identical bytes
     } else {
       Log("child refused payload " + std::to_string(key.first) + "/" + std::to_string(key.second) + ": " + s.ToString());
@@ -292,6 +338,7 @@ class ReceiverLoop {
       f.expected.insert({e[0].get<uint32_t>(), e[1].get<uint32_t>()});
     }
     f.deadline = Clock::now() + std::chrono::milliseconds(h.value("wait_ms", 10000));
+    if (flush_) Reply(flush_->route, ErrorReply(flush_->req, InvalidArgument("superseded by a newer flush")));
     flush_ = std::move(f);
     return Status::Ok();
   }
@@ -311,6 +358,7 @@ class ReceiverLoop {
     r["digest"] = state_.running_digest().ToHex();
     r["payloads_received"] = ctx_.payloads + ctx_.duplicates;
     r["forwarded_bytes"] = ctx_.forwarded_bytes;
+    r["reforwarded_bytes"] = ctx_.reforwarded_bytes;
     std::string reason;
     if (!ctx_.failure.empty()) reason = ctx_.failure;
     else if (!missing.empty()) reason = std::to_string(missing.size()) + " expected payloads missing (first: " +
@@ -358,6 +406,8 @@ class ReceiverLoop {
 
   void EndTransfer(const char* outcome) {
     for (auto& [endpoint, child] : children_) child->unacked.clear();
+    apply_queue_.clear();
+    staged_.clear();
     flush_.reset();
     last_refit_ = {{"event", "refit"},
                    {"outcome", outcome},
@@ -369,6 +419,7 @@ class ReceiverLoop {
                    {"changed", ctx_.changed},
                    {"bytes_in", ctx_.bytes_in},
                    {"forwarded_bytes", ctx_.forwarded_bytes},
+                   {"reforwarded_bytes", ctx_.reforwarded_bytes},
                    {"apply_seconds", ctx_.apply_seconds},
                    {"seconds", ctx_.id ? SecondsSince(ctx_.started) : 0.0}};
     ++refits_;
@@ -385,6 +436,10 @@ class ReceiverLoop {
   std::optional<PendingFlush> flush_;
   Json last_refit_ = Json::object();
   uint64_t refits_ = 0, next_req_ = 0;
+  bool resend_ = false;
+  // Payloads ACKed and forwarded but not applied yet, oldest first.
+  std::deque<std::pair<PayloadKey, std::shared_ptr<const Frame>>> apply_queue_;
+  std::set<PayloadKey> staged_;  // set while refusing a payload that failed its checksum or structure checks
 };
 
 }  // namespace

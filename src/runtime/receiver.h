@@ -2,7 +2,8 @@
 // directory (protocol/replica_state.h), listens on a ROUTER socket, and for each transfer:
 //   prepare  -> Begin (refused unless the transfer's base is its committed version)
 //   payload  -> checksum verified, staged ACK to the sender, forwarded to its children in the
-//               producer's relay tree, applied in place through the journal
+//               producer's relay tree, queued, and applied in place through the journal (one
+//               payload per loop turn, so ACKs never wait for more than one apply)
 //   flush    -> answered once every expected payload is applied: payload counts, running
 //               digest and a vote (yes = all applied and digest == expected; made durable first)
 //   commit / abort -> the coordinator's decision
@@ -25,7 +26,7 @@ struct ReceiverOptions {
   std::string state_dir;
   std::string listen;  // tcp://HOST:PORT
   int threads = 0;
-  int forward_retry_ms = 1000;  // resend a forwarded payload not ACKed within this time
+  int forward_retry_ms = 5000;  // resend a forwarded payload not ACKed within this time
   FILE* log = stderr;           // human lines and one JSON line per refit
 };
 

@@ -64,20 +64,23 @@ Result<ZmqSocket> ZmqSocket::Bind(const std::string& endpoint) {
   return socket;
 }
 
-Result<ZmqSocket> ZmqSocket::Connect(const std::string& endpoint, int send_timeout_ms) {
+Result<ZmqSocket> ZmqSocket::Connect(const std::string& endpoint, int send_timeout_ms, bool queue_until_connected) {
   void* s = zmq_socket(Context(), ZMQ_DEALER);
   if (!s) return ZmqError("zmq_socket");
   ZmqSocket socket(s, endpoint);
   DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_LINGER, 0, endpoint));
   DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_SNDTIMEO, send_timeout_ms, endpoint));
-  // Queue only for peers that are connected: a send to an unreachable peer times out instead of
-  // piling up in memory.
-  DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_IMMEDIATE, 1, endpoint));
+  DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_IMMEDIATE, queue_until_connected ? 0 : 1, endpoint));
+  if (queue_until_connected) DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_SNDHWM, 64, endpoint));
   DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_RECONNECT_IVL, 50, endpoint));
   DCR_RETURN_IF_ERROR(SetInt(s, ZMQ_RECONNECT_IVL_MAX, 1000, endpoint));
   if (zmq_connect(s, endpoint.c_str()) != 0) return ZmqError("cannot connect to " + endpoint);
   return socket;
 }
+
+Status ZmqSocket::SetLinger(int ms) { return SetInt(socket_, ZMQ_LINGER, ms, endpoint_); }
+
+void ShutdownTransport() { zmq_ctx_term(Context()); }
 
 Status ZmqSocket::Send(const Message& message) { return Send(message, {}); }
 

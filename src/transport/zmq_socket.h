@@ -31,9 +31,13 @@ class ZmqSocket {
   // A ROUTER bound to `endpoint` ("tcp://127.0.0.1:7000"). kIoError naming the endpoint if it
   // is malformed or in use.
   static Result<ZmqSocket> Bind(const std::string& endpoint);
-  // A DEALER connected to `endpoint` (connection happens in the background; messages queue
-  // until the peer is reachable, up to the high-water mark).
-  static Result<ZmqSocket> Connect(const std::string& endpoint, int send_timeout_ms = 5000);
+  // A DEALER connected to `endpoint`; the connection is made (and remade) in the background.
+  // By default a send waits up to send_timeout_ms for a live connection and then fails, so
+  // nothing piles up for a peer that is down. With `queue_until_connected`, up to 64 messages
+  // queue while the connection is being made (no message is lost to connection set-up; a send
+  // beyond that fails after send_timeout_ms).
+  static Result<ZmqSocket> Connect(const std::string& endpoint, int send_timeout_ms = 5000,
+                                   bool queue_until_connected = false);
 
   ZmqSocket(ZmqSocket&& o) noexcept : socket_(o.socket_), endpoint_(std::move(o.endpoint_)) { o.socket_ = nullptr; }
   ZmqSocket& operator=(ZmqSocket&& o) noexcept;
@@ -46,6 +50,10 @@ class ZmqSocket {
   // true: a message arrived in `out`; false: none within timeout_ms (0 = poll; -1 = forever).
   Result<bool> Receive(Message* out, int timeout_ms);
 
+  // How long queued messages may still be delivered after the socket is closed (default 0:
+  // dropped). Only ShutdownTransport waits for them.
+  Status SetLinger(int ms);
+
   const std::string& endpoint() const { return endpoint_; }
   void* raw() const { return socket_; }
 
@@ -54,6 +62,11 @@ class ZmqSocket {
   void* socket_ = nullptr;
   std::string endpoint_;
 };
+
+// Ends the process's use of ZeroMQ: waits until every message still queued on a closed socket
+// with linger is delivered or its linger ran out. Every socket must be closed first; a process
+// calls it once, just before it exits, so that its last messages are not lost.
+void ShutdownTransport();
 
 // Waits up to timeout_ms until at least one socket has a message to read; returns one flag per
 // socket. An interrupted wait (a signal) returns all-false, so callers can check their stop flag.
