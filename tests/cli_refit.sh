@@ -113,6 +113,23 @@ check_all_at 2
 grep -q "rejected: corrupt" "$WORK/r0.log" || fail "root receiver did not log the rejected payload"
 [[ $(status_field r0 last_refit.rejected) -ge 1 ]] || fail "root receiver counted no rejected payload"
 
+note "coordinator killed right after recording the commit: everyone learns the decision at the next push"
+DCR_CRASH_AT=coordinator.decided:1 push_all 2 p "$CHAIN/step_3.safetensors" "$ALL" --chunk-kib 64 --timeout 2
+assert_eq "$PUSH_RC" 137 "coordinator exit status (SIGKILL at coordinator.decided)"
+for r in "${RECEIVERS[@]}"; do
+  assert_eq "$(status_field "$r" pending.voted)" True "$r holds the voted transfer, awaiting the decision"
+  run_expect 0 "$DCR" verify "$WORK/$r" "$CHAIN/step_3.safetensors"
+done
+# The next push settles the recorded commit everywhere (receivers and both producers' staged
+# baselines), then refits from there: step 3 again is a transfer with no changes.
+push_all 2 p "$CHAIN/step_3.safetensors" "$ALL" --chunk-kib 64
+committed "push after the coordinator crash"
+assert_eq "$(push_field changed_elements)" 0 "changes after the settled commit"
+assert_eq "$(push_field base.number)" "$((want_n - 1))" "the settled commit is the base of the next transfer"
+check_all_at 3
+for p in p0 p1; do run_expect 0 "$DCR" verify "$WORK/$p" "$CHAIN/step_3.safetensors"; done
+grep -q "had transfer .* pending: sending the recorded decision (commit)" "$WORK/push.log" || fail "the recorded decision was not sent"
+
 note "status of an unreachable receiver fails with an I/O error"
 run_expect 4 "$DCR" status --timeout 0.3 "tcp://127.0.0.1:$(free_port)"
 
@@ -121,6 +138,31 @@ id=$(status_field r3 version.id)
 for r in "${RECEIVERS[@]}" solo; do stop_receiver "$r"; done
 start_receiver r3
 assert_eq "$(status_field r3 version.id)" "$id" "version after restart"
-run_expect 0 "$DCR" verify "$WORK/r3" "$CHAIN/step_2.safetensors"
+run_expect 0 "$DCR" verify "$WORK/r3" "$CHAIN/step_3.safetensors"
 stop_receiver r3
+
+note "verify, digest and inspect read receiver state dirs and producer baselines"
+run_expect 0 "$DCR" digest "$WORK/r3"
+grep -q "^matches the committed state digest" "$WORK/out" || fail "digest of a state dir does not check the committed digest"
+run_expect 0 "$DCR" inspect "$WORK/r3"
+grep -q "^receiver state .*: version $want_n" "$WORK/out" || fail "inspect of a receiver state dir"
+for p in p0 p1; do
+  run_expect 0 "$DCR" verify "$WORK/$p" "$CHAIN/step_3.safetensors"
+  grep -q "the producer baseline's own tensors" "$WORK/out" || fail "verify of producer baseline $p"
+  run_expect 0 "$DCR" inspect "$WORK/$p"
+  grep -q "^producer baseline .*producer ${p#p} of 2" "$WORK/out" || fail "inspect of producer baseline $p"
+done
+run_expect 1 "$DCR" verify "$WORK/p0" "$CHAIN/step_0.safetensors"
+note "silent damage in a replica is caught by dcr digest (scrub) and named by dcr verify"
+"$PYTHON" - "$WORK/r3/weights.safetensors" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-3, 2)
+    b = f.read(1)
+    f.seek(-3, 2)
+    f.write(bytes([b[0] ^ 0x01]))
+PY
+run_expect 5 "$DCR" digest "$WORK/r3"
+grep -q "do not hold the committed bits" "$WORK/err" || fail "scrub did not report the damage"
+run_expect 1 "$DCR" verify "$WORK/r3" "$CHAIN/step_3.safetensors"
 echo "PASS"

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/layout_commands.h"
+#include "cli/model_path.h"
 #include "cli/report.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
@@ -117,12 +118,44 @@ int RunApply(const ApplyArgs& a) {
   return kExitOk;
 }
 
+// The first element where the tensors of `part` (a producer baseline: a subset of the model)
+// differ from the same-named tensors of `whole`; kMismatch if one is missing or shaped otherwise.
+Result<std::optional<TensorDifference>> SubsetDifference(const Checkpoint& part, const Checkpoint& whole) {
+  for (const TensorRef& t : part.tensors()) {
+    const TensorRef* u = whole.Find(t.name());
+    if (!u) return Mismatch("tensor '" + t.name() + "' of " + part.path() + " is not in " + whole.path());
+    if (u->dtype() != t.dtype() || u->info->shape != t.info->shape)
+      return Mismatch("tensor '" + t.name() + "' has another dtype or shape in " + whole.path());
+    if (std::memcmp(t.bytes.data(), u->bytes.data(), t.bytes.size()) == 0) continue;
+    const uint32_t w = DTypeWidth(t.dtype());
+    for (uint64_t i = 0; i < t.num_elements(); ++i) {
+      if (std::memcmp(t.bytes.data() + i * w, u->bytes.data() + i * w, w) == 0) continue;
+      TensorDifference d{t.name(), t.info->shape, i, 0, 0, w};
+      std::memcpy(&d.a_bits, t.bytes.data() + i * w, w);
+      std::memcpy(&d.b_bits, u->bytes.data() + i * w, w);
+      return std::optional<TensorDifference>(d);
+    }
+  }
+  return std::optional<TensorDifference>();
+}
+
+void NotePending(const char* command, const std::string& path, const OpenedModel& m) {
+  if (!m.pending.empty()) std::fprintf(stderr, "dcr %s: note: %s: %s\n", command, path.c_str(), m.pending.c_str());
+}
+
 int RunVerify(const std::string& pa, const std::string& pb) {
-  auto a = Checkpoint::Open(pa);
+  auto a = OpenModel(pa);
   if (!a.ok()) return ReportError("verify", a.status());
-  auto b = Checkpoint::Open(pb);
+  auto b = OpenModel(pb);
   if (!b.ok()) return ReportError("verify", b.status());
-  auto d = FirstDifference(*a, *b);
+  NotePending("verify", pa, *a);
+  NotePending("verify", pb, *b);
+  using Kind = OpenedModel::Kind;
+  const bool a_part = a->kind == Kind::kProducerBaseline, b_part = b->kind == Kind::kProducerBaseline;
+  // A producer baseline holds only its own tensors: those are compared.
+  auto d = a_part ? SubsetDifference(a->checkpoint, b->checkpoint)
+           : b_part ? SubsetDifference(b->checkpoint, a->checkpoint)
+                    : FirstDifference(a->checkpoint, b->checkpoint);
   if (!d.ok()) {
     if (d.status().code() == StatusCode::kMismatch) {
       std::printf("DIFFERENT: %s\n", d.status().message().c_str());
@@ -130,12 +163,15 @@ int RunVerify(const std::string& pa, const std::string& pb) {
     }
     return ReportError("verify", d.status());
   }
+  const Checkpoint& shown = b_part ? b->checkpoint : a->checkpoint;
   if (!d->has_value()) {
-    std::printf("IDENTICAL: %zu tensors, %llu elements bit-identical\n", a->tensors().size(),
-                static_cast<unsigned long long>(a->total_elements()));
+    std::printf("IDENTICAL: %zu tensors, %llu elements bit-identical%s\n", shown.tensors().size(),
+                static_cast<unsigned long long>(shown.total_elements()),
+                a_part || b_part ? " (the producer baseline's own tensors)" : "");
     return kExitOk;
   }
-  const TensorDifference& x = **d;
+  TensorDifference x = **d;
+  if (b_part) std::swap(x.a_bits, x.b_bits);
   std::printf("DIFFERENT: tensor '%s' element %llu %s: 0x%0*llx in %s, 0x%0*llx in %s\n", x.tensor.c_str(),
               static_cast<unsigned long long>(x.element), ElementCoordinates(x.shape, x.element).c_str(),
               static_cast<int>(2 * x.width), static_cast<unsigned long long>(x.a_bits), pa.c_str(),
@@ -143,20 +179,37 @@ int RunVerify(const std::string& pa, const std::string& pb) {
   return kExitDifferent;
 }
 
+// On a receiver state dir this is a scrub: the weights' digest must equal the committed one
+// recorded in state.json (kExitCorrupt otherwise, unless a transfer is pending).
 int RunDigest(const std::string& path, bool json, bool per_tensor, int threads) {
-  auto c = Checkpoint::Open(path);
-  if (!c.ok()) return ReportError("digest", c.status());
+  auto m = OpenModel(path);
+  if (!m.ok()) return ReportError("digest", m.status());
+  NotePending("digest", path, *m);
+  const Checkpoint* c = &m->checkpoint;
   CheckpointDigest d = DigestCheckpoint(*c, threads);
+  const bool scrub = m->committed_digest && m->pending.empty();
+  const bool matches = m->committed_digest && *m->committed_digest == d.total;
   if (json) {
     Json tensors = Json::object();
     for (size_t i = 0; i < d.tensors.size(); ++i) tensors[c->tensors()[i].name()] = d.tensors[i].ToHex();
-    PrintJson({{"digest", d.total.ToHex()}, {"tensors", tensors}});
+    Json out{{"digest", d.total.ToHex()}, {"tensors", tensors}, {"kind", m->KindName()}};
+    if (m->committed_digest) {
+      out["committed_digest"] = m->committed_digest->ToHex();
+      out["matches_committed"] = matches;
+    }
+    PrintJson(out);
   } else {
     std::printf("%s  %s\n", d.total.ToHex().c_str(), path.c_str());
     if (per_tensor)
       for (size_t i = 0; i < d.tensors.size(); ++i)
         std::printf("%s  %s\n", d.tensors[i].ToHex().c_str(), c->tensors()[i].name().c_str());
+    if (m->committed_digest)
+      std::printf("%s the committed state digest %s (version %s)\n", matches ? "matches" : "DOES NOT MATCH",
+                  m->committed_digest->ToHex().c_str(), m->state.value("number", Json(0)).dump().c_str());
   }
+  if (scrub && !matches)
+    return ReportError("digest", Corrupt(path + ": the weights do not hold the committed bits (silent damage); "
+                                                "re-seed the replica or let it catch up"));
   return kExitOk;
 }
 
@@ -217,8 +270,24 @@ int InspectDelta(const std::string& path, bool json) {
 }
 
 int InspectCheckpoint(const std::string& path, bool json) {
-  auto c = Checkpoint::Open(path);
-  if (!c.ok()) return ReportError("inspect", c.status());
+  auto m = OpenModel(path);
+  if (!m.ok()) return ReportError("inspect", m.status());
+  const Checkpoint* c = &m->checkpoint;
+  if (m->kind != OpenedModel::Kind::kCheckpoint) {
+    if (json) {
+      Json state = m->state;
+      state.erase("tensor_digests");
+      PrintJson({{"kind", m->KindName()}, {"state", state}, {"pending", m->pending}});
+      return kExitOk;
+    }
+    std::printf("%s %s: version %s (%s)%s\n", m->KindName(), path.c_str(), m->state.value("number", Json(0)).dump().c_str(),
+                m->state.value("version", std::string("?")).c_str(),
+                m->kind == OpenedModel::Kind::kProducerBaseline
+                    ? (", producer " + m->state.value("producer", Json(0)).dump() + " of " + m->state.value("producers", Json(0)).dump() +
+                       " (its own tensors only)").c_str()
+                    : "");
+    if (!m->pending.empty()) std::printf("  %s\n", m->pending.c_str());
+  }
   std::map<std::string, uint64_t> by_dtype;
   for (const auto& t : c->tensors()) by_dtype[std::string(DTypeName(t.dtype()))] += t.num_elements();
   if (json) {

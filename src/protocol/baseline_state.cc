@@ -311,7 +311,7 @@ Result<BaselineState> BaselineState::Open(const std::string& dir, uint32_t produ
   s.tensor_digests_ = std::move(m.tensor_digests);
   s.baseline_.emplace(std::move(c));
 
-  // Recovery (docs/state-dirs.md §Producer baseline directory §Recovery). Staged transfers not based on the current version
+  // Recovery (docs/state-dirs.md §Recovery at Open). Staged transfers not based on the current version
   // can never be committed (already committed, or stale): their json goes first, made durable,
   // then unreferenced tensors files and temporaries go.
   std::error_code ec;

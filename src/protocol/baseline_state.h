@@ -3,7 +3,7 @@
 // The baseline advances only after the coordinator durably decided COMMIT: the next baseline is
 // first staged (written completely and durably beside the current one), then made current by one
 // atomic rename of baseline.json. Every file and field, the crash-consistency argument and the
-// recovery rules are in docs/state-dirs.md §Producer baseline directory §Producer baseline directory.
+// recovery rules are in docs/state-dirs.md §Producer baseline directory.
 //
 //   DIR/baseline.json                     the current state; names the current tensors file
 //   DIR/baseline-<transfer>.safetensors   owned tensors of a version (<transfer>: 16 hex digits of
@@ -50,7 +50,7 @@ class BaselineState {
 
   // Opens DIR (kNotFound without baseline.json; kCorrupt if its files are inconsistent). Refuses
   // with kInvalidArgument, naming both, if producer/producers differ from the recorded ones.
-  // Recovers from interrupted operations (docs/state-dirs.md §Producer baseline directory §Recovery at Open): removes
+  // Recovers from interrupted operations (docs/state-dirs.md §Recovery at Open): removes
   // temporary files, staged transfers that can never be committed (based on another version,
   // i.e. already committed or stale, or missing their tensors file), and tensors files referenced
   // neither by baseline.json nor by a remaining staged transfer. A malformed staged json is

@@ -198,7 +198,7 @@ Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint&
     if (got && !m.empty()) {
       DCR_ASSIGN_OR_RETURN(Json r, ParseHeader(m[0], root));
       auto it = inflight.find(r.value("seq", 0u));
-      if (it != inflight.end()) {
+      if (it != inflight.end() && r.value("transfer", std::string()) == Hex64(transfer)) {
         Status s = ReplyStatus(r, root);
         if (s.ok()) {
           inflight.erase(it);

@@ -188,7 +188,8 @@ class ReceiverLoop {
   }
 
   void OnPayload(const Frame& route, uint64_t req, const Json& h, const Frame& bytes) {
-    Json r{{"type", "reply"}, {"req", req}, {"producer", h.value("producer", 0u)}, {"seq", h.value("seq", 0u)}};
+    Json r{{"type", "reply"}, {"req", req}, {"producer", h.value("producer", 0u)}, {"seq", h.value("seq", 0u)},
+           {"transfer", h.value("transfer", std::string())}};
     auto fail = [&](const Status& s) {
       ++ctx_.rejected;
       Log("payload " + std::to_string(h.value("producer", 0u)) + "/" + std::to_string(h.value("seq", 0u)) +
@@ -196,6 +197,7 @@ class ReceiverLoop {
       Json e = ErrorReply(req, s);
       e["producer"] = r["producer"];
       e["seq"] = r["seq"];
+      e["transfer"] = r["transfer"];
       if (resend_) e["resend"] = true;
       Reply(route, e);
     };
@@ -304,7 +306,9 @@ class ReceiverLoop {
     if (!h.ok()) return;
     const PayloadKey key{(*h).value("producer", 0u), (*h).value("seq", 0u)};
     auto it = child.unacked.find(key);
-    if (it == child.unacked.end()) return;
+    // A late reply about the same (producer, sequence) of an earlier transfer (delivered to a
+    // child that restarted) must not settle this transfer's forward.
+    if (it == child.unacked.end() || (*h).value("transfer", std::string()) != Hex64(it->second.transfer)) return;
     Status s = ReplyStatus(*h, child.socket.endpoint());
     if (s.ok()) {
       child.unacked.erase(it);
