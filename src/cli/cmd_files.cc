@@ -209,7 +209,7 @@ int RunDigest(const std::string& path, bool json, bool per_tensor, int threads) 
   }
   if (scrub && !matches)
     return ReportError("digest", Corrupt(path + ": the weights do not hold the committed bits (silent damage); "
-                                                "re-seed the replica or let it catch up"));
+                                                "re-seed the replica (dcr serve --init)"));
   return kExitOk;
 }
 
@@ -360,9 +360,12 @@ void RegisterFileCommands(CLI::App& app, int* exit_code) {
 
   auto verify_paths = std::make_shared<std::pair<std::string, std::string>>();
   auto* verify = app.add_subcommand("verify", "Exit 0 iff A and B hold bit-identical tensors.");
-  verify->footer("Otherwise prints the first differing tensor and element (or catalog difference) and exits 1.");
-  verify->add_option("A", verify_paths->first, "checkpoint")->required();
-  verify->add_option("B", verify_paths->second, "checkpoint")->required();
+  verify->footer(
+      "Otherwise prints the first differing tensor and element (or catalog difference) and exits 1.\n"
+      "A and B are checkpoints, receiver state dirs (dcr serve --state) or producer baselines\n"
+      "(dcr push --baseline; only the producer's own tensors are compared).");
+  verify->add_option("A", verify_paths->first, "checkpoint, receiver state dir or producer baseline")->required();
+  verify->add_option("B", verify_paths->second, "checkpoint, receiver state dir or producer baseline")->required();
   verify->callback([=] { *exit_code = RunVerify(verify_paths->first, verify_paths->second); });
 
   struct DigestArgs {
@@ -372,16 +375,20 @@ void RegisterFileCommands(CLI::App& app, int* exit_code) {
   };
   auto digest_args = std::make_shared<DigestArgs>();
   auto* digest = app.add_subcommand("digest", "Print the state digest of a checkpoint.");
-  digest->footer("The digest covers names, dtypes, shapes and every element's bits (docs/format.md).");
-  digest->add_option("PATH", digest_args->path, "checkpoint")->required();
-  digest->add_flag("--json", digest_args->json, "print {\"digest\": ..., \"tensors\": {name: digest}}");
+  digest->footer(
+      "The digest covers names, dtypes, shapes and every element's bits (docs/format.md).\n"
+      "On a receiver state dir it is a scrub: the weights must have the committed digest recorded in\n"
+      "state.json, else exit 5 (unless a transfer is pending).");
+  digest->add_option("PATH", digest_args->path, "checkpoint, receiver state dir or producer baseline")->required();
+  digest->add_flag("--json", digest_args->json,
+                   "print {\"digest\", \"tensors\": {name: digest}, \"kind\"} (+ \"committed_digest\", \"matches_committed\" for state dirs)");
   digest->add_flag("--tensors", digest_args->tensors, "also print each tensor's digest");
   digest->add_option("--threads", digest_args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   digest->callback([=] { *exit_code = RunDigest(digest_args->path, digest_args->json, digest_args->tensors, digest_args->threads); });
 
   auto inspect_args = std::make_shared<std::pair<std::string, bool>>();
-  auto* inspect = app.add_subcommand("inspect", "Summarise a checkpoint or a delta file.");
-  inspect->add_option("PATH", inspect_args->first, "checkpoint (file or directory) or delta file")->required();
+  auto* inspect = app.add_subcommand("inspect", "Summarise a checkpoint, a state dir or a delta file.");
+  inspect->add_option("PATH", inspect_args->first, "checkpoint (file or directory), receiver state dir, producer baseline or delta file")->required();
   inspect->add_flag("--json", inspect_args->second, "print one JSON object");
   inspect->callback([=] {
     *exit_code = LooksLikeDelta(inspect_args->first) ? InspectDelta(inspect_args->first, inspect_args->second)

@@ -1,126 +1,12 @@
 #include "protocol/layout_apply.h"
 
-#include <algorithm>
-#include <cstring>
-#include <optional>
-
 #include "base/thread_pool.h"
 #include "base/timing.h"
-#include "layout/dtype_convert.h"
-#include "layout/projection.h"
 #include "protocol/layout_digest.h"
+#include "protocol/placer.h"
 
 namespace dcr {
 namespace {
-
-// One local copy of a canonical element.
-struct Slot {
-  uint8_t* at;
-  DType local_dtype;
-  bool convert, owner;
-};
-
-// Resolves canonical elements to their local copies through the placement index, and reads and
-// writes them.
-class Placer {
- public:
-  Placer(const LayoutSet& set, const MutableShardBytes& shards)
-      : set_(set), catalog_(set.at(0).canonical), index_(set), shards_(shards), has_converted_(catalog_.size(), false) {
-    for (const RankLayout& l : set)
-      for (const LocalTensor& t : l.tensors)
-        for (const Piece& p : t.pieces)
-          if (p.transform == PieceTransform::kConvert) has_converted_[static_cast<size_t>(l.FindCanonical(p.canonical))] = true;
-  }
-
-  const Catalog& catalog() const { return catalog_; }
-  bool has_converted(uint32_t t) const { return has_converted_[t]; }
-
-  // Appends every local copy of element `index` of canonical tensor `t` to `out`.
-  void Resolve(uint32_t t, uint64_t index, std::vector<Slot>* out) const {
-    index_.ForEach(t, index, [&](const PlacementIndex::Placement& p, uint64_t local) {
-      const DType dt = set_[p.rank].tensors[p.local_tensor].dtype;
-      out->push_back({shards_[p.rank][p.local_tensor].data() + local * DTypeWidth(dt), dt,
-                      p.piece->transform == PieceTransform::kConvert, p.piece->owner});
-    });
-  }
-
-  // The canonical bits held by `slots` (the copies of one element of tensor `t`): from the owner
-  // when its copy is exact, else from any exact copy; nullopt when every copy rounds.
-  std::optional<uint64_t> OldBits(uint32_t t, std::span<const Slot> slots) const {
-    std::optional<uint64_t> owner, other;
-    for (const Slot& s : slots) {
-      uint64_t bits = 0;
-      std::memcpy(&bits, s.at, DTypeWidth(s.local_dtype));
-      std::optional<uint64_t> canonical = bits;
-      if (s.convert)
-        canonical = ConversionExact(catalog_[t].dtype, s.local_dtype)
-                        ? InvertExactConversion(catalog_[t].dtype, s.local_dtype, bits)
-                        : std::nullopt;
-      if (!canonical) continue;
-      if (s.owner) owner = canonical;
-      else if (!other) other = canonical;
-    }
-    return owner ? owner : other;
-  }
-
-  // Writes one change into every copy. `new_bits` is needed (valid) only for an overwrite or when
-  // some copy converts.
-  void Place(uint32_t t, std::span<const Slot> slots, ValueKind kind, uint64_t value, uint64_t new_bits) const {
-    for (const Slot& s : slots) {
-      const uint32_t w = DTypeWidth(s.local_dtype);
-      uint64_t bits = 0;
-      if (s.convert) {
-        bits = ConvertBits(catalog_[t].dtype, s.local_dtype, new_bits);
-      } else if (kind == ValueKind::kXor) {
-        std::memcpy(&bits, s.at, w);
-        bits ^= value;
-      } else {
-        bits = value;
-      }
-      std::memcpy(s.at, &bits, w);
-    }
-  }
-
- private:
-  const LayoutSet& set_;
-  const Catalog& catalog_;
-  PlacementIndex index_;
-  const MutableShardBytes& shards_;
-  std::vector<bool> has_converted_;
-};
-
-// Changes resolved per batch, with every copy prefetched before any is touched: resolution is
-// cheap arithmetic on the (cached) index, the copies are scattered over the shards, so issuing
-// their loads together overlaps the cache misses instead of paying them one after another.
-constexpr size_t kBatch = 64;
-
-// Calls fn(k, element index, value, copies) for every change of `seg`, in order.
-template <typename Fn>
-Status ForEachResolvedChange(const Placer& placer, const DecodedSegment& seg, Fn&& fn) {
-  std::vector<Slot> slots;
-  std::vector<size_t> ends;
-  const uint32_t t = seg.spec.tensor_index;
-  for (size_t k0 = 0; k0 < seg.changes.size(); k0 += kBatch) {
-    const size_t k1 = std::min(seg.changes.size(), k0 + kBatch);
-    slots.clear();
-    ends.clear();
-    for (size_t k = k0; k < k1; ++k) {
-      placer.Resolve(t, seg.spec.start + seg.changes.positions[k], &slots);
-      ends.push_back(slots.size());
-    }
-    for (const Slot& s : slots) __builtin_prefetch(s.at, 1);
-    size_t begin = 0;
-    for (size_t k = k0; k < k1; ++k) {
-      const size_t end = ends[k - k0];
-      uint64_t value = 0;
-      std::memcpy(&value, seg.changes.values.data() + k * seg.changes.width, seg.changes.width);
-      DCR_RETURN_IF_ERROR(fn(k, seg.spec.start + seg.changes.positions[k], value,
-                             std::span<const Slot>(slots.data() + begin, end - begin)));
-      begin = end;
-    }
-  }
-  return Status::Ok();
-}
 
 Status Decode(const DeltaReader& delta, size_t i, DecodedPayload* payload) {
   Status s = DecodeTablePayload(delta, i, payload);

@@ -55,6 +55,44 @@ bool IsDurableTempName(const std::string& name) {
   return name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos;
 }
 
+std::string EncodeStateFile(const StateFile& s) {
+  nlohmann::ordered_json j;
+  j["format"] = kReplicaStateFormat;
+  j["version"] = s.version.id.ToHex();
+  j["number"] = s.version.number;
+  j["digest"] = s.digest.ToHex();
+  auto& arr = j["tensor_digests"] = nlohmann::ordered_json::array();
+  for (const Digest128& d : s.tensors) arr.push_back(d.ToHex());
+  j["last_transfer"] = Hex64(s.last_transfer);
+  if (s.layout) j["layout"] = true;
+  return j.dump() + "\n";
+}
+
+Result<StateFile> ParseStateFile(std::span<const uint8_t> bytes, const std::string& path) {
+  auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  auto bad = [&](const std::string& what) { return Corrupt(path + ": " + what); };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  if (!j.contains("format") || !j["format"].is_number_unsigned() || j["format"].get<uint64_t>() != kReplicaStateFormat)
+    return bad("missing or unsupported \"format\" (this build reads " + std::to_string(kReplicaStateFormat) + ")");
+  auto str = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
+  StateFile s;
+  if (!Digest128::FromHex(str("version"), &s.version.id)) return bad("bad \"version\"");
+  if (!j.contains("number") || !j["number"].is_number_unsigned()) return bad("bad \"number\"");
+  s.version.number = j["number"].get<uint64_t>();
+  if (!Digest128::FromHex(str("digest"), &s.digest)) return bad("bad \"digest\"");
+  if (!ParseHex64(str("last_transfer"), &s.last_transfer)) return bad("bad \"last_transfer\"");
+  if (!j.contains("tensor_digests") || !j["tensor_digests"].is_array()) return bad("bad \"tensor_digests\"");
+  for (const auto& d : j["tensor_digests"]) {
+    s.tensors.emplace_back();
+    if (!d.is_string() || !Digest128::FromHex(d.get<std::string>(), &s.tensors.back())) return bad("bad tensor digest");
+  }
+  if (j.contains("layout")) {
+    if (!j["layout"].is_boolean()) return bad("bad \"layout\" (true or absent)");
+    s.layout = j["layout"].get<bool>();
+  }
+  return s;
+}
+
 std::string EncodeTransferFile(const TransferFile& t) {
   nlohmann::ordered_json j;
   j["transfer"] = Hex64(t.transfer_id);
@@ -130,7 +168,7 @@ Status UndoWriter::Commit() {
   return writer_.Commit();
 }
 
-Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<TensorRef>& tensors) {
+Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<UndoTensor>& tensors) {
   UndoRecord r;
   r.path = path;
   DCR_ASSIGN_OR_RETURN(r.file, MappedFile::Open(path));
@@ -149,10 +187,10 @@ Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<Ten
   for (uint64_t k = 0; k < r.entries; ++k) {
     if (end - p < 12) return Corrupt(path + ": undo record truncated at entry " + std::to_string(k));
     const uint64_t t = GetLe(p, 4), e = GetLe(p + 4, 8);
-    if (t >= tensors.size() || e >= tensors[t].num_elements())
+    if (t >= tensors.size() || e >= tensors[t].elements())
       return Corrupt(path + ": undo entry " + std::to_string(k) + " names tensor " + std::to_string(t) + " element " +
                      std::to_string(e) + ", out of range");
-    const uint32_t w = DTypeWidth(tensors[t].dtype());
+    const uint32_t w = tensors[t].width;
     if (static_cast<size_t>(end - p - 12) < w) return Corrupt(path + ": undo record truncated at entry " + std::to_string(k));
     p += 12 + w;
   }
@@ -160,13 +198,13 @@ Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<Ten
   return r;
 }
 
-void RestoreUndoRecord(const UndoRecord& r, const std::vector<TensorRef>& tensors) {
+void RestoreUndoRecord(const UndoRecord& r, const std::vector<UndoTensor>& tensors) {
   const uint8_t* p = r.file.bytes().data() + kUndoHeaderBytes;
   for (uint64_t k = 0; k < r.entries; ++k) {
-    const TensorRef& t = tensors[GetLe(p, 4)];
+    const UndoTensor& t = tensors[GetLe(p, 4)];
     const uint64_t e = GetLe(p + 4, 8);
-    const uint32_t w = DTypeWidth(t.dtype());
-    std::memcpy(t.mutable_bytes.data() + e * w, p + 12, w);
+    const uint32_t w = t.width;
+    std::memcpy(t.bytes.data() + e * w, p + 12, w);
     p += 12 + w;
   }
 }
@@ -246,6 +284,16 @@ Status Unlink(const std::string& path) {
 }
 
 }  // namespace
+
+Status RemoveTempFiles(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> temps;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (IsDurableTempName(e.path().filename().string())) temps.push_back(e.path().string());
+  if (ec) return IoError("list " + dir + ": " + ec.message());
+  for (const std::string& t : temps) DCR_RETURN_IF_ERROR(Unlink(t));
+  return temps.empty() ? Status::Ok() : SyncDirectory(dir);
+}
 
 Status RemoveDurably(const std::string& path) {
   DCR_RETURN_IF_ERROR(Unlink(path));

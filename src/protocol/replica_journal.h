@@ -1,7 +1,7 @@
 // The undo journal of a receiver state directory (docs/state-dirs.md §Receiver state directory):
 // record names, the binary undo and done records, transfer.json, and journal removal. Every
 // reader validates completely (magic, sizes, xxh3-64 trailer, every tensor and element index in
-// range of the replica's catalog) before it returns anything; failures are kCorrupt naming the
+// range of the replica's tensors) before it returns anything; failures are kCorrupt naming the
 // file. ReplicaState (replica_state.h) owns the ordering rules; this file owns the bytes.
 #pragma once
 
@@ -20,6 +20,7 @@
 
 namespace dcr {
 
+inline constexpr int kReplicaStateFormat = 1;  // state.json's "format"
 inline constexpr char kUndoMagic[8] = {'D', 'C', 'R', 'U', 'N', 'D', 'O', '1'};
 inline constexpr char kDoneMagic[8] = {'D', 'C', 'R', 'D', 'O', 'N', 'E', '1'};
 inline constexpr size_t kUndoHeaderBytes = 40;  // magic, producer, sequence, transfer, ordinal, count
@@ -32,6 +33,19 @@ std::string RecordStem(uint32_t producer, uint32_t sequence);
 bool ParseRecordName(const std::string& name, uint32_t* producer, uint32_t* sequence, std::string* ext);
 // True for a temporary file left by DurableFileWriter: ".<name>.tmp.<pid>".
 bool IsDurableTempName(const std::string& name);
+
+// DIR/state.json: the committed state. `layout` is true for a replica held in a serving layout
+// (the key is written only then; absent means false).
+struct StateFile {
+  Version version;
+  Digest128 digest;
+  std::vector<Digest128> tensors;
+  uint64_t last_transfer = 0;
+  bool layout = false;
+};
+// `digest` is written as given (the caller computes CombineDigests of the tensor digests).
+std::string EncodeStateFile(const StateFile& s);
+Result<StateFile> ParseStateFile(std::span<const uint8_t> bytes, const std::string& path);
 
 // journal/transfer.json.
 struct TransferFile {
@@ -49,7 +63,8 @@ class UndoWriter {
                                    uint64_t transfer, uint64_t ordinal, uint64_t entries);
   UndoWriter(UndoWriter&&) noexcept;
   ~UndoWriter();
-  // Adds one entry: the tensor, the element and its old bits (low `width` bytes are stored).
+  // Adds one entry: the tensor (UndoTensor index), the element and its old bits (low `width`
+  // bytes are stored; `width` must be the tensor's).
   Status Add(uint32_t tensor, uint64_t element, uint64_t old_bits, uint32_t width);
   Status Commit();
 
@@ -64,6 +79,15 @@ class UndoWriter {
   uint64_t expected_ = 0, added_ = 0;
 };
 
+// A tensor an undo entry can name: its whole bytes (writable, for restoring) and element width.
+// An entry's tensor index is an index into the replica's list of these: the catalog in canonical
+// mode, the global local-tensor ordinal in layout mode (docs/state-dirs.md).
+struct UndoTensor {
+  std::span<uint8_t> bytes;
+  uint32_t width = 1;
+  uint64_t elements() const { return bytes.size() / width; }
+};
+
 // A validated undo record, mapped read-only.
 struct UndoRecord {
   std::string path;
@@ -71,9 +95,11 @@ struct UndoRecord {
   uint64_t transfer = 0, ordinal = 0, entries = 0;
   MappedFile file;
 };
-Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<TensorRef>& tensors);
+// Every entry must name a tensor of `tensors` and an element inside it, and carry exactly that
+// tensor's width of old bits.
+Result<UndoRecord> ReadUndoRecord(const std::string& path, const std::vector<UndoTensor>& tensors);
 // Stores every entry's old bits into `tensors` (absolute bits: idempotent). Does not sync.
-void RestoreUndoRecord(const UndoRecord& record, const std::vector<TensorRef>& tensors);
+void RestoreUndoRecord(const UndoRecord& record, const std::vector<UndoTensor>& tensors);
 
 struct DoneRecord {
   uint32_t producer = 0, sequence = 0;
@@ -84,6 +110,9 @@ struct DoneRecord {
 };
 std::vector<uint8_t> EncodeDoneRecord(const DoneRecord& d);
 Result<DoneRecord> ParseDoneRecord(std::span<const uint8_t> bytes, const std::string& path, size_t num_tensors);
+
+// Deletes DurableFileWriter temp files left in `dir` by a killed process (fsyncs `dir` if any).
+Status RemoveTempFiles(const std::string& dir);
 
 // Whole-file read; kNotFound when absent.
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path);

@@ -1,72 +1,49 @@
 #include "protocol/replica_state.h"
 
-#include <unistd.h>
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "base/crash_point.h"
 #include "base/durable_file.h"
 #include "base/thread_pool.h"
 #include "base/timing.h"
 #include "codec/payload_codec.h"
-#include "protocol/replica_journal.h"
+#include "protocol/replica_layout.h"
 
 namespace dcr {
-namespace {
 
 namespace fs = std::filesystem;
 
-struct StateFile {
-  Version version;
-  Digest128 digest;
-  std::vector<Digest128> tensors;
-  uint64_t last_transfer = 0;
-};
-
-Result<StateFile> ParseStateFile(std::span<const uint8_t> bytes, const std::string& path) {
-  auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  auto bad = [&](const std::string& what) { return Corrupt(path + ": " + what); };
-  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-  if (!j.contains("format") || !j["format"].is_number_unsigned() || j["format"].get<uint64_t>() != kReplicaStateFormat)
-    return bad("missing or unsupported \"format\" (this build reads " + std::to_string(kReplicaStateFormat) + ")");
-  auto str = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
-  StateFile s;
-  if (!Digest128::FromHex(str("version"), &s.version.id)) return bad("bad \"version\"");
-  if (!j.contains("number") || !j["number"].is_number_unsigned()) return bad("bad \"number\"");
-  s.version.number = j["number"].get<uint64_t>();
-  if (!Digest128::FromHex(str("digest"), &s.digest)) return bad("bad \"digest\"");
-  if (!ParseHex64(str("last_transfer"), &s.last_transfer)) return bad("bad \"last_transfer\"");
-  if (!j.contains("tensor_digests") || !j["tensor_digests"].is_array()) return bad("bad \"tensor_digests\"");
-  for (const auto& d : j["tensor_digests"]) {
-    s.tensors.emplace_back();
-    if (!d.is_string() || !Digest128::FromHex(d.get<std::string>(), &s.tensors.back())) return bad("bad tensor digest");
-  }
-  return s;
-}
-
-// Deletes DurableFileWriter temp files left in `dir` by a killed process.
-Status RemoveTempFiles(const std::string& dir) {
-  std::error_code ec;
-  std::vector<std::string> temps;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (IsDurableTempName(e.path().filename().string())) temps.push_back(e.path().string());
-  if (ec) return IoError("list " + dir + ": " + ec.message());
-  for (const std::string& t : temps)
-    if (::unlink(t.c_str()) != 0 && errno != ENOENT) return ErrnoError("remove " + t);
-  return temps.empty() ? Status::Ok() : SyncDirectory(dir);
-}
-
-}  // namespace
-
-ReplicaState::ReplicaState(std::string dir, int threads, Checkpoint weights)
-    : dir_(std::move(dir)), threads_(threads), weights_(std::move(weights)) {
+ReplicaState::ReplicaState(std::string dir, int threads, std::optional<Checkpoint> weights,
+                           std::unique_ptr<ReplicaLayout> layout)
+    : dir_(std::move(dir)), threads_(threads), weights_(std::move(weights)), layout_(std::move(layout)) {
   journal_ = dir_ + "/" + kReplicaJournalDir;
-  catalog_ = weights_.catalog();
+  DCR_CHECK(weights_.has_value() != (layout_ != nullptr));
+  catalog_ = layout_ ? layout_->catalog() : weights_->catalog();
+  for (const CatalogEntry& c : catalog_) elements_.push_back(ShapeElements(c.shape).value_or(0));
+  if (weights_)
+    for (const TensorRef& t : weights_->tensors()) undo_tensors_.push_back({t.mutable_bytes, DTypeWidth(t.dtype())});
 }
+
+ReplicaState::ReplicaState(ReplicaState&&) noexcept = default;
+ReplicaState& ReplicaState::operator=(ReplicaState&&) noexcept = default;
+ReplicaState::~ReplicaState() = default;
+
+const LayoutSet* ReplicaState::layout() const { return layout_ ? &layout_->set() : nullptr; }
+const ShardSet* ReplicaState::shards() const { return layout_ ? &layout_->shards() : nullptr; }
+Checkpoint& ReplicaState::weights() {
+  DCR_CHECK(weights_.has_value());
+  return *weights_;
+}
+const Checkpoint& ReplicaState::weights() const {
+  DCR_CHECK(weights_.has_value());
+  return *weights_;
+}
+const std::vector<UndoTensor>& ReplicaState::undo_tensors() const {
+  return layout_ ? layout_->undo_tensors() : undo_tensors_;
+}
+Status ReplicaState::SyncWeights() { return layout_ ? layout_->Sync() : weights_->Sync(); }
 
 Digest128 ReplicaState::committed_digest() const { return CombineDigests(catalog_, committed_); }
 Digest128 ReplicaState::running_digest() const { return CombineDigests(catalog_, running_); }
@@ -80,7 +57,7 @@ Status ReplicaState::Broken(Status s) {
   return s;
 }
 
-Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint, int threads) {
+Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint, int threads, const std::string& layout_dir) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument(dir + ": exists and is not a directory");
@@ -93,26 +70,25 @@ Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint,
     DCR_RETURN_IF_ERROR(SyncDirectory(parent.string()));
   }
   DCR_ASSIGN_OR_RETURN(Checkpoint src, Checkpoint::Open(checkpoint));
+  if (!layout_dir.empty()) {
+    const CheckpointDigest d = DigestCheckpoint(src, threads);
+    DCR_RETURN_IF_ERROR(ReplicaLayout::Create(dir, layout_dir, src, d, threads));
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaLayout> layout, ReplicaLayout::Open(dir));
+    ReplicaState r(dir, threads, std::nullopt, std::move(layout));
+    return r.WriteState(InitialVersion(d.total), d.tensors, 0);
+  }
   std::vector<TensorToWrite> list;
   for (const TensorRef& t : src.tensors()) list.push_back({t.name(), t.dtype(), t.info->shape, t.bytes, false});
   const std::string weights_path = dir + "/" + kReplicaWeightsFile;
   DCR_RETURN_IF_ERROR(WriteSafetensors(weights_path, list));
   DCR_ASSIGN_OR_RETURN(Checkpoint weights, Checkpoint::Open(weights_path));
-  ReplicaState r(dir, threads, std::move(weights));
-  CheckpointDigest d = DigestCheckpoint(r.weights_, threads);
+  ReplicaState r(dir, threads, std::move(weights), nullptr);
+  CheckpointDigest d = DigestCheckpoint(*r.weights_, threads);
   return r.WriteState(InitialVersion(d.total), d.tensors, 0);
 }
 
 Status ReplicaState::WriteState(const Version& v, const std::vector<Digest128>& digests, uint64_t last_transfer) {
-  nlohmann::ordered_json j;
-  j["format"] = kReplicaStateFormat;
-  j["version"] = v.id.ToHex();
-  j["number"] = v.number;
-  j["digest"] = CombineDigests(catalog_, digests).ToHex();
-  auto& arr = j["tensor_digests"] = nlohmann::ordered_json::array();
-  for (const Digest128& d : digests) arr.push_back(d.ToHex());
-  j["last_transfer"] = Hex64(last_transfer);
-  const std::string text = j.dump() + "\n";
+  const std::string text = EncodeStateFile({v, CombineDigests(catalog_, digests), digests, last_transfer, has_layout()});
   return WriteFileAtomic(dir_ + "/" + kReplicaStateFile,
                          {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
@@ -125,11 +101,19 @@ Result<ReplicaState> ReplicaState::Open(const std::string& dir, int threads) {
     return bytes.status();
   }
   DCR_ASSIGN_OR_RETURN(StateFile st, ParseStateFile(*bytes, state_path));
-  DCR_ASSIGN_OR_RETURN(Checkpoint w, Checkpoint::Open(dir + "/" + kReplicaWeightsFile, MappedFile::Mode::kReadWrite));
-  ReplicaState r(dir, threads, std::move(w));
+  std::optional<ReplicaState> opened;
+  if (st.layout) {
+    DCR_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaLayout> layout, ReplicaLayout::Open(dir));
+    opened.emplace(ReplicaState(dir, threads, std::nullopt, std::move(layout)));
+  } else {
+    DCR_ASSIGN_OR_RETURN(Checkpoint w, Checkpoint::Open(dir + "/" + kReplicaWeightsFile, MappedFile::Mode::kReadWrite));
+    opened.emplace(ReplicaState(dir, threads, std::move(w), nullptr));
+  }
+  ReplicaState& r = *opened;
   if (st.tensors.size() != r.catalog_.size())
     return Corrupt(state_path + ": " + std::to_string(st.tensors.size()) + " tensor digests for " +
-                   std::to_string(r.catalog_.size()) + " tensors in " + kReplicaWeightsFile);
+                   std::to_string(r.catalog_.size()) + " tensors in " +
+                   (st.layout ? std::string("the layout's catalog") : std::string(kReplicaWeightsFile)));
   if (CombineDigests(r.catalog_, st.tensors) != st.digest)
     return Corrupt(state_path + ": digest does not match the tensor digests and the weights' catalog");
   if (st.version.number == 0 && (st.version.id != st.digest || st.last_transfer != 0))
@@ -140,7 +124,7 @@ Result<ReplicaState> ReplicaState::Open(const std::string& dir, int threads) {
   r.running_ = st.tensors;
   DCR_RETURN_IF_ERROR(RemoveTempFiles(dir));
   DCR_RETURN_IF_ERROR(r.Recover());
-  return r;
+  return std::move(r);
 }
 
 Status ReplicaState::Recover() {
@@ -175,7 +159,7 @@ Status ReplicaState::Recover() {
     if (name == "voted") {
       pending_->voted = true;
     } else if (ParseRecordName(name, &p, &s, &ext) && ext == "undo") {
-      DCR_ASSIGN_OR_RETURN(UndoRecord u, ReadUndoRecord(path, weights_.tensors()));
+      DCR_ASSIGN_OR_RETURN(UndoRecord u, ReadUndoRecord(path, undo_tensors()));
       if (u.producer != p || u.sequence != s || u.transfer != tf.transfer_id)
         return Corrupt(path + ": record identity does not match its name and transfer " + Hex64(tf.transfer_id));
       undo[{p, s}] = {u.ordinal, path};
@@ -221,11 +205,11 @@ Status ReplicaState::Recover() {
 Status ReplicaState::RollBack(const std::vector<std::pair<uint64_t, std::string>>& undo, bool crash_point) {
   std::vector<UndoRecord> records;  // every record is validated before any byte is restored
   for (const auto& [ordinal, path] : undo) {
-    DCR_ASSIGN_OR_RETURN(UndoRecord r, ReadUndoRecord(path, weights_.tensors()));
+    DCR_ASSIGN_OR_RETURN(UndoRecord r, ReadUndoRecord(path, undo_tensors()));
     records.push_back(std::move(r));
   }
-  for (auto it = records.rbegin(); it != records.rend(); ++it) RestoreUndoRecord(*it, weights_.tensors());
-  DCR_RETURN_IF_ERROR(weights_.Sync());
+  for (auto it = records.rbegin(); it != records.rend(); ++it) RestoreUndoRecord(*it, undo_tensors());
+  DCR_RETURN_IF_ERROR(SyncWeights());
   if (crash_point) CrashPoint("replica.rolled_back");
   return Status::Ok();
 }
@@ -284,29 +268,41 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
     return dup;
   }
   if (pending_->voted) return InvalidArgument(dir_ + ": " + what + " refused: the transfer is already voted");
-  const auto& tensors = weights_.tensors();
+  if (layout_ && layout.mode != CodecMode::kPlain)
+    return Unsupported(dir_ + ": " + what + " refused: a receiver holding a serving layout needs plain payloads " +
+                       "(context mode decodes against canonical old bits it does not hold); nothing was written");
   auto fit = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
-    if (s.tensor_index >= tensors.size())
+    if (s.tensor_index >= catalog_.size())
       return Corrupt(what + ": segment names tensor " + std::to_string(s.tensor_index) + ", out of range");
-    const TensorRef& t = tensors[s.tensor_index];
-    const uint64_t w = DTypeWidth(t.dtype()), n = t.num_elements();
-    if (s.dtype != t.dtype() || s.start > n || s.count > n - s.start)
+    const CatalogEntry& c = catalog_[s.tensor_index];
+    const uint64_t n = elements_[s.tensor_index];
+    if (s.dtype != c.dtype || s.start > n || s.count > n - s.start)
       return Corrupt(what + ": segment [" + std::to_string(s.start) + ", +" + std::to_string(s.count) + ") " +
-                     std::string(DTypeName(s.dtype)) + " does not fit tensor '" + t.name() + "'");
-    return t.bytes.subspan(s.start * w, s.count * w);
+                     std::string(DTypeName(s.dtype)) + " does not fit tensor '" + c.name + "'");
+    if (layout_) return std::span<const uint8_t>();  // plain payloads read no old bytes
+    const uint64_t w = DTypeWidth(c.dtype);
+    return weights_->tensors()[s.tensor_index].bytes.subspan(s.start * w, s.count * w);
   };
   for (const SegmentSpec& s : layout.segments) DCR_RETURN_IF_ERROR(fit(s).status().WithContext(dir_));
   DecodedPayload decoded;
   DCR_RETURN_IF_ERROR(DecodePayload(payload, &decoded, fit).WithContext(dir_ + ": " + what + " refused"));
   const size_t nseg = decoded.segments.size();
   std::vector<Digest128> seg_delta(nseg);
-  DCR_RETURN_IF_ERROR(ParallelFor(nseg, threads_, [&](size_t i) {
-    const DecodedSegment& seg = decoded.segments[i];
-    const TensorRef& t = tensors[seg.spec.tensor_index];
-    const uint64_t key = TensorKey(t.name());
-    ForEachChange(seg, t.bytes, [&](uint64_t idx, uint64_t o, uint64_t n) { DigestUpdate(&seg_delta[i], key, idx, o, n); });
-    return Status::Ok();
-  }));
+  PlacedPayload placed;  // layout mode: every change resolved to its local copies
+  uint64_t undo_entries = decoded.changed();
+  if (layout_) {
+    DCR_RETURN_IF_ERROR(layout_->Resolve(decoded, threads_, dir_ + ": " + what + " refused", &placed));
+    for (size_t i = 0; i < nseg; ++i) seg_delta[i] = placed.segments[i].digest_delta;
+    undo_entries = placed.local_elements;
+  } else {
+    DCR_RETURN_IF_ERROR(ParallelFor(nseg, threads_, [&](size_t i) {
+      const DecodedSegment& seg = decoded.segments[i];
+      const uint64_t key = TensorKey(catalog_[seg.spec.tensor_index].name);
+      ForEachChange(seg, weights_->tensors()[seg.spec.tensor_index].bytes,
+                    [&](uint64_t idx, uint64_t o, uint64_t n) { DigestUpdate(&seg_delta[i], key, idx, o, n); });
+      return Status::Ok();
+    }));
+  }
   DoneRecord done{id.producer_id, id.sequence, id.transfer_id, checksum, decoded.changed(), {}};
   for (size_t i = 0; i < nseg; ++i) {
     const uint32_t t = decoded.segments[i].spec.tensor_index;
@@ -318,13 +314,17 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
   const std::string stem = journal_ + "/" + RecordStem(id.producer_id, id.sequence);
   auto write_undo = [&]() -> Status {
     DCR_ASSIGN_OR_RETURN(UndoWriter u, UndoWriter::Create(stem + ".undo", id.producer_id, id.sequence, id.transfer_id,
-                                                          next_ordinal_, done.changed));
+                                                          next_ordinal_, undo_entries));
     Status s;
-    for (const DecodedSegment& seg : decoded.segments) {
-      const uint32_t ti = seg.spec.tensor_index, w = seg.changes.width;
-      ForEachChange(seg, tensors[ti].bytes, [&](uint64_t idx, uint64_t o, uint64_t) {
-        if (s.ok()) s = u.Add(ti, idx, o, w);
-      });
+    if (layout_) {
+      s = layout_->AddUndo(placed, u);
+    } else {
+      for (const DecodedSegment& seg : decoded.segments) {
+        const uint32_t ti = seg.spec.tensor_index, w = seg.changes.width;
+        ForEachChange(seg, weights_->tensors()[ti].bytes, [&](uint64_t idx, uint64_t o, uint64_t) {
+          if (s.ok()) s = u.Add(ti, idx, o, w);
+        });
+      }
     }
     return s.ok() ? u.Commit() : s;
   };
@@ -337,12 +337,13 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
 
   // (3) Stores, sync, done record (W3). A failure here rolls this payload back.
   Status s;
-  for (const DecodedSegment& seg : decoded.segments) {
-    s = ApplySegment(seg, tensors[seg.spec.tensor_index].mutable_bytes);
-    if (!s.ok()) break;
-    CrashPoint("replica.segment_applied");
+  for (size_t i = 0; i < nseg && s.ok(); ++i) {
+    const DecodedSegment& seg = decoded.segments[i];
+    if (layout_) layout_->Store(placed, i);
+    else s = ApplySegment(seg, weights_->tensors()[seg.spec.tensor_index].mutable_bytes);
+    if (s.ok()) CrashPoint("replica.segment_applied");
   }
-  if (s.ok()) s = weights_.Sync();
+  if (s.ok()) s = SyncWeights();
   if (s.ok()) CrashPoint("replica.applied");
   if (s.ok()) s = WriteFileAtomic(stem + ".done", EncodeDoneRecord(done));
   if (!s.ok()) {

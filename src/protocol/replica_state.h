@@ -7,6 +7,13 @@
 //   DIR/journal/              only while a transfer is pending: transfer.json, <p>-<s>.undo,
 //                             <p>-<s>.done, voted
 //
+// Layout mode (state.json "layout": true; replica_layout.h): the weights are held in a serving
+// layout instead of weights.safetensors: DIR/layout/ (the layout's JSON files) and DIR/shards/
+// (every rank's shard, mmapped read-write). Payloads, digests, versions and done records stay
+// canonical; each change is placed into every local element that holds it, and undo records
+// hold those local elements (tensor index = global local-tensor ordinal). Everything below holds
+// in both modes, with "the weights" meaning the shards and "sync" every shard file.
+//
 // Write contract (every "durable" file is published by temp file + fsync + rename + directory
 // fsync, so it exists complete or not at all):
 //  W1 state.json is the commit point. It is only ever replaced atomically, and it names the
@@ -42,6 +49,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,15 +58,21 @@
 
 #include "base/status.h"
 #include "format/checkpoint.h"
+#include "layout/layout.h"
+#include "layout/shard.h"
+#include "protocol/replica_journal.h"
 #include "protocol/state_digest.h"
 #include "protocol/version.h"
 
 namespace dcr {
 
+class ReplicaLayout;
+
 inline constexpr const char* kReplicaWeightsFile = "weights.safetensors";
 inline constexpr const char* kReplicaStateFile = "state.json";
 inline constexpr const char* kReplicaJournalDir = "journal";
-inline constexpr int kReplicaStateFormat = 1;
+inline constexpr const char* kReplicaLayoutDir = "layout";  // layout mode
+inline constexpr const char* kReplicaShardsDir = "shards";  // layout mode
 
 struct PendingTransfer {
   uint64_t transfer_id = 0;
@@ -78,20 +92,38 @@ class ReplicaState {
   // Seeds `dir` (absent or empty; kInvalidArgument otherwise) from a checkpoint (file or
   // sharded directory): weights.safetensors with every tensor bit-identical, sorted by name, and
   // state.json at version 0 = InitialVersion(checkpoint digest).
-  static Status Init(const std::string& dir, const std::string& checkpoint, int threads);
+  // With `layout_dir` (a layout directory as `dcr layout generate` writes it; ReadLayoutDir
+  // validates it): layout mode. Its layout files are copied durably into DIR/layout/ and the
+  // shards of every rank are written into DIR/shards/ (WriteShards); state.json gets
+  // "layout": true. Version 0 is still the checkpoint's canonical digest, and the shards must
+  // digest to it (DigestThroughLayout). Refused before anything is written: a layout catalog
+  // other than the checkpoint's (kMismatch naming the first difference), and a layout whose owner
+  // pieces convert with rounding (kUnsupported naming the canonical tensor: the replica could not
+  // vote on canonical digests). A later failure may leave partial files in `dir`, but no
+  // state.json: remove `dir` and seed again.
+  static Status Init(const std::string& dir, const std::string& checkpoint, int threads,
+                     const std::string& layout_dir = "");
   // Opens `dir` read-write and recovers (see above). kNotFound naming `dir` without state.json.
   // Checks that state.json's digest is CombineDigests of its tensor digests (O(tensors)); it does
-  // not rehash the weights (that is `dcr verify`).
+  // not rehash the weights (that is `dcr verify`). The mode comes from state.json.
   static Result<ReplicaState> Open(const std::string& dir, int threads);
 
-  ReplicaState(ReplicaState&&) = default;
-  ReplicaState& operator=(ReplicaState&&) = default;
+  ReplicaState(ReplicaState&&) noexcept;
+  ReplicaState& operator=(ReplicaState&&) noexcept;
+  ~ReplicaState();
 
   const std::string& dir() const { return dir_; }
+  // The canonical catalog, in both modes: what payloads, digests and done records index.
   const Catalog& catalog() const { return catalog_; }
-  // The weights. Writing through them outside ApplyPayload breaks the journal's guarantees.
-  Checkpoint& weights() { return weights_; }
-  const Checkpoint& weights() const { return weights_; }
+  bool has_layout() const { return layout_ != nullptr; }
+  // Layout mode only (nullptr otherwise): the layout and its shards. Writing through the shards
+  // outside ApplyPayload breaks the journal's guarantees.
+  const LayoutSet* layout() const;
+  const ShardSet* shards() const;
+  // Canonical mode only (a bug otherwise): the weights. Writing through them outside
+  // ApplyPayload breaks the journal's guarantees.
+  Checkpoint& weights();
+  const Checkpoint& weights() const;
   const Version& version() const { return version_; }  // committed
   uint64_t last_transfer() const { return last_transfer_; }  // 0 at version 0
   Digest128 committed_digest() const;
@@ -110,6 +142,10 @@ class ReplicaState {
   // kCorrupt/kUnsupported for a payload that fails its checks or does not fit the catalog;
   // kWrongBase for a payload of another transfer; kCorrupt for an identity already applied with
   // other bytes. An identity already applied with the same checksum is a duplicate.
+  // Layout mode also refuses (kUnsupported, nothing written) context-mode payloads and changes to
+  // an element no copy holds exactly (Placer::OldBits); each change is digested as
+  // (canonical index, old canonical bits from the owner copy, new bits) and every copy is written
+  // with the absolute new bits (converted where the copy converts).
   Result<ApplyOutcome> ApplyPayload(std::span<const uint8_t> payload);
   bool HasApplied(uint32_t producer, uint32_t sequence) const;
 
@@ -124,7 +160,9 @@ class ReplicaState {
   Status Abort();
 
  private:
-  ReplicaState(std::string dir, int threads, Checkpoint weights);
+  ReplicaState(std::string dir, int threads, std::optional<Checkpoint> weights, std::unique_ptr<ReplicaLayout> layout);
+  const std::vector<UndoTensor>& undo_tensors() const;
+  Status SyncWeights();
   Status Recover();
   Status RollBack(const std::vector<std::pair<uint64_t, std::string>>& undo, bool crash_point);
   Status WriteState(const Version& v, const std::vector<Digest128>& digests, uint64_t last_transfer);
@@ -133,8 +171,11 @@ class ReplicaState {
 
   std::string dir_, journal_;
   int threads_ = 0;
-  Checkpoint weights_;
+  std::optional<Checkpoint> weights_;      // canonical mode
+  std::unique_ptr<ReplicaLayout> layout_;  // layout mode
+  std::vector<UndoTensor> undo_tensors_;   // canonical mode: the weights' tensors, catalog order
   Catalog catalog_;
+  std::vector<uint64_t> elements_;  // per canonical tensor
   Version version_;
   uint64_t last_transfer_ = 0;
   std::vector<Digest128> committed_, running_;  // per tensor, catalog order

@@ -1,9 +1,5 @@
 #include "protocol/replica_state.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -279,8 +275,7 @@ TEST(ReplicaState, BeginAbortsAnUnvotedTransferAndRefusesWhileVoted) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Crash recovery. DCR_CRASH_AT is read once per process, so every crash runs in a fresh process:
-// this binary re-executed on the hidden test below, which dies by SIGKILL at the crash point.
+// Crash recovery (test::CrashChild re-executes this binary on the hidden test below).
 
 // Plans: "commit" = Begin, every payload, Vote, Commit; "abort" = the same but Abort; "open" =
 // Open only (recovery).
@@ -298,24 +293,8 @@ TEST(ReplicaCrashChild, DISABLED_RunPlan) {
   ASSERT_OK(std::string(plan) == "commit" ? r->Commit(sc.next) : r->Abort());
 }
 
-// Runs `plan` on `dir` in a child with DCR_CRASH_AT=crash_at; true iff it died by SIGKILL.
 ::testing::AssertionResult CrashChild(const std::string& dir, const std::string& plan, const std::string& crash_at) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return ::testing::AssertionFailure() << "fork failed";
-  if (pid == 0) {
-    ::setenv("DCR_CRASH_AT", crash_at.c_str(), 1);
-    ::setenv("DCR_REPLICA_CHILD_DIR", dir.c_str(), 1);
-    ::setenv("DCR_REPLICA_CHILD_PLAN", plan.c_str(), 1);
-    if (FILE* null = std::fopen("/dev/null", "w")) ::dup2(fileno(null), 1);
-    ::execl("/proc/self/exe", "replica_state_test", "--gtest_filter=ReplicaCrashChild.DISABLED_RunPlan",
-            "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return ::testing::AssertionFailure() << "waitpid failed";
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << plan << " with DCR_CRASH_AT=" << crash_at << " was not killed (status "
-                                       << status << ")";
+  return test::CrashChild("ReplicaCrashChild.DISABLED_RunPlan", dir, plan, crash_at);
 }
 
 // The replica is exactly at the base with no journal and no temp files; re-applying every payload

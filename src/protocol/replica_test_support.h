@@ -1,11 +1,17 @@
-// Test support for replica_state_test: a deterministic base -> target transfer (several
-// tensors of different widths, XOR and overwrite segments, plain and context-mode payloads from
-// two producers) that a re-executed child process can rebuild bit for bit.
+// Test support for replica_state_test and replica_layout_test: a deterministic base -> target
+// transfer (several tensors of different widths, XOR and overwrite segments, plain and
+// context-mode payloads from two producers) that a re-executed child process can rebuild bit for
+// bit, and the re-executed crash child itself.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -124,6 +130,33 @@ inline ::testing::AssertionResult Holds(const Checkpoint& c, const Tensors& want
       return ::testing::AssertionFailure() << "tensor " << want.list[i].name << " differs";
   }
   return ::testing::AssertionSuccess();
+}
+
+// Crash recovery tests. DCR_CRASH_AT is read once per process, so every crash runs in a fresh
+// process: this test binary re-executed on the hidden (DISABLED_) test `child_test`, which reads
+// DCR_REPLICA_CHILD_DIR and DCR_REPLICA_CHILD_PLAN, runs the plan and dies by SIGKILL at the crash
+// point. Extra environment variables for the child are passed in `env` (name, value). True iff
+// the child died by SIGKILL.
+inline ::testing::AssertionResult CrashChild(const std::string& child_test, const std::string& dir, const std::string& plan,
+                                             const std::string& crash_at,
+                                             const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  const std::string filter = "--gtest_filter=" + child_test;
+  const pid_t pid = ::fork();
+  if (pid < 0) return ::testing::AssertionFailure() << "fork failed";
+  if (pid == 0) {
+    ::setenv("DCR_CRASH_AT", crash_at.c_str(), 1);
+    ::setenv("DCR_REPLICA_CHILD_DIR", dir.c_str(), 1);
+    ::setenv("DCR_REPLICA_CHILD_PLAN", plan.c_str(), 1);
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    if (FILE* null = std::fopen("/dev/null", "w")) ::dup2(fileno(null), 1);
+    ::execl("/proc/self/exe", "crash_child", filter.c_str(), "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return ::testing::AssertionFailure() << "waitpid failed";
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << plan << " with DCR_CRASH_AT=" << crash_at << " was not killed (status "
+                                       << status << ")";
 }
 
 }  // namespace dcr::test

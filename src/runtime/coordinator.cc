@@ -239,10 +239,15 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
     auto done = followers.Collect("done", &log);
     if (!done.ok()) return abort(done.status());
     for (const auto& [p, j] : *done) {
-      for (const Json& s : j["payloads"]) expected[p].push_back(s.get<uint32_t>());
+      const auto malformed = [&, p = p] { return abort(Corrupt("producer " + std::to_string(p) + " sent a malformed 'done'")); };
+      if (!j.contains("payloads") || !j["payloads"].is_array() || !j.contains("digests") || !j["digests"].is_object()) return malformed();
+      for (const Json& s : j["payloads"]) {
+        if (!s.is_number_unsigned()) return malformed();
+        expected[p].push_back(s.get<uint32_t>());
+      }
       for (const auto& [name, hex] : j["digests"].items()) {
         Digest128 d;
-        if (!Digest128::FromHex(hex.get<std::string>(), &d)) return abort(Corrupt("producer " + std::to_string(p) + " sent a malformed digest"));
+        if (!hex.is_string() || !Digest128::FromHex(hex.get<std::string>(), &d)) return malformed();
         digests[name] = d;
       }
       report.changed += j.value("changed", uint64_t{0});

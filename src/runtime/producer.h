@@ -1,10 +1,11 @@
 // One producer's part of a live transfer (DESIGN.md §3): diff the owned tensors of NEW against
 // the baseline, encode payloads on a pool of threads, and stream them to the producer's root
 // receiver while later payloads are still being encoded. Queues are bounded: at most
-// 2·threads encoded payloads wait for the socket and at most `window` are unacknowledged.
-// A payload is resent with identical bytes when the root refuses it as corrupt (damaged in
-// transit) or does not acknowledge it in time. Payload bytes are kept until the transfer's
-// decision so that missing payloads can be resent.
+// 2·threads + 2 encoded payloads wait for the socket and at most `window` are unacknowledged;
+// a payload's bytes are dropped once the root acknowledges it (staged ACK: from then on the
+// root is responsible for its subtree). A payload is resent with identical bytes when the root
+// refuses it as damaged in transit ("resend": true, at most 8 times) or does not acknowledge it
+// in time; any other refusal ends the stream with that error.
 #pragma once
 
 #include <cstdint>

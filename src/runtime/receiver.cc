@@ -175,7 +175,12 @@ class ReceiverLoop {
     if (catalog != CatalogDigest64(state_.catalog()))
       return Mismatch("the transfer's catalog (names, dtypes, shapes) differs from the replica in " + options_.state_dir);
     DCR_RETURN_IF_ERROR(state_.Begin(transfer, base));
-    if (ctx_.id != transfer) {
+    if (ctx_.id != transfer) {  // anything still queued belongs to a transfer Begin just abandoned
+      if (flush_) Reply(flush_->route, ErrorReply(flush_->req, WrongBase("the flushed transfer was replaced")));
+      flush_.reset();
+      apply_queue_.clear();
+      staged_.clear();
+      for (auto& [endpoint, child] : children_) child->unacked.clear();
       ctx_ = TransferContext{};
       ctx_.id = transfer;
       ctx_.started = Clock::now();
@@ -219,7 +224,10 @@ class ReceiverLoop {
     if (layout.identity.transfer_id != *transfer || key.first != h.value("producer", 0u) || key.second != h.value("seq", 0u))
       return fail(Corrupt("payload identity does not match its message header"));
     ctx_.bytes_in += bytes.size();
-    if (staged_.count(key)) {  // a resend of a payload still waiting to be applied
+    if (auto queued = staged_.find(key); queued != staged_.end()) {  // a resend of a payload still queued
+      if (*queued->second != bytes)
+        return fail(Corrupt("payload " + std::to_string(key.first) + "/" + std::to_string(key.second) + " of transfer " +
+                            Hex64(*transfer) + " resent with different bytes"));
       ++ctx_.duplicates;
       r["ok"] = true;
       r["duplicate"] = true;
@@ -240,7 +248,7 @@ class ReceiverLoop {
     Reply(route, r);
     auto shared = std::make_shared<const Frame>(bytes);
     ForwardToChildren(key, shared);
-    staged_.insert(key);
+    staged_[key] = shared;
     apply_queue_.push_back({key, std::move(shared)});
   }
 
@@ -440,10 +448,10 @@ class ReceiverLoop {
   std::optional<PendingFlush> flush_;
   Json last_refit_ = Json::object();
   uint64_t refits_ = 0, next_req_ = 0;
-  bool resend_ = false;
-  // Payloads ACKed and forwarded but not applied yet, oldest first.
+  bool resend_ = false;  // set while refusing a payload that failed its checksum or structure checks
+  // Payloads ACKed and forwarded but not applied yet, oldest first, and the same by identity.
   std::deque<std::pair<PayloadKey, std::shared_ptr<const Frame>>> apply_queue_;
-  std::set<PayloadKey> staged_;  // set while refusing a payload that failed its checksum or structure checks
+  std::map<PayloadKey, std::shared_ptr<const Frame>> staged_;
 };
 
 }  // namespace

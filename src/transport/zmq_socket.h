@@ -5,7 +5,8 @@
 //
 // Contract: sends never block longer than the socket's send timeout (a peer that is down or not
 // reading makes Send fail with kIoError once the queue is full); receives wait at most the
-// given timeout. Sockets close with linger 0: a process exits without waiting for peers.
+// given timeout. Sockets close with linger 0 unless SetLinger says otherwise: a process exits
+// without waiting for peers, except for what ShutdownTransport flushes.
 #pragma once
 
 #include <cstdint>
