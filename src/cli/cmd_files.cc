@@ -9,9 +9,12 @@
 #include "cli/layout_commands.h"
 #include "cli/model_path.h"
 #include "cli/report.h"
+#include "layout/layout_json.h"
+#include "layout/shard.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
 #include "protocol/delta_file.h"
+#include "protocol/layout_digest.h"
 
 namespace dcr::cli {
 namespace {
@@ -150,12 +153,17 @@ int RunVerify(const std::string& pa, const std::string& pb) {
   if (!b.ok()) return ReportError("verify", b.status());
   NotePending("verify", pa, *a);
   NotePending("verify", pb, *b);
+  for (const auto* m : {&*a, &*b})
+    if (!m->checkpoint)
+      return ReportError("verify", Unsupported("a receiver holding a serving layout keeps per-rank shards, not a checkpoint: "
+                                               "compare its shards with `dcr shard --layout DIR/layout CKPT -o X` (byte-identical "
+                                               "files), or scrub it with `dcr digest DIR`"));
   using Kind = OpenedModel::Kind;
   const bool a_part = a->kind == Kind::kProducerBaseline, b_part = b->kind == Kind::kProducerBaseline;
   // A producer baseline holds only its own tensors: those are compared.
-  auto d = a_part ? SubsetDifference(a->checkpoint, b->checkpoint)
-           : b_part ? SubsetDifference(b->checkpoint, a->checkpoint)
-                    : FirstDifference(a->checkpoint, b->checkpoint);
+  auto d = a_part ? SubsetDifference(*a->checkpoint, *b->checkpoint)
+           : b_part ? SubsetDifference(*b->checkpoint, *a->checkpoint)
+                    : FirstDifference(*a->checkpoint, *b->checkpoint);
   if (!d.ok()) {
     if (d.status().code() == StatusCode::kMismatch) {
       std::printf("DIFFERENT: %s\n", d.status().message().c_str());
@@ -163,7 +171,7 @@ int RunVerify(const std::string& pa, const std::string& pb) {
     }
     return ReportError("verify", d.status());
   }
-  const Checkpoint& shown = b_part ? b->checkpoint : a->checkpoint;
+  const Checkpoint& shown = b_part ? *b->checkpoint : *a->checkpoint;
   if (!d->has_value()) {
     std::printf("IDENTICAL: %zu tensors, %llu elements bit-identical%s\n", shown.tensors().size(),
                 static_cast<unsigned long long>(shown.total_elements()),
@@ -185,13 +193,26 @@ int RunDigest(const std::string& path, bool json, bool per_tensor, int threads) 
   auto m = OpenModel(path);
   if (!m.ok()) return ReportError("digest", m.status());
   NotePending("digest", path, *m);
-  const Checkpoint* c = &m->checkpoint;
-  CheckpointDigest d = DigestCheckpoint(*c, threads);
+  CheckpointDigest d;
+  std::vector<std::string> names;
+  if (m->checkpoint) {
+    d = DigestCheckpoint(*m->checkpoint, threads);
+    for (const TensorRef& t : m->checkpoint->tensors()) names.push_back(t.name());
+  } else {  // serving layout: the canonical digest through the owner pieces
+    auto set = ReadLayoutDir(m->layout_dir);
+    if (!set.ok()) return ReportError("digest", set.status());
+    auto shards = ShardSet::Open(*set, m->shards_dir, MappedFile::Mode::kReadOnly);
+    if (!shards.ok()) return ReportError("digest", shards.status());
+    auto ld = DigestThroughLayout(*set, shards->bytes(), threads);
+    if (!ld.ok()) return ReportError("digest", ld.status());
+    d = std::move(*ld);
+    for (const CatalogEntry& e : set->at(0).canonical) names.push_back(e.name);
+  }
   const bool scrub = m->committed_digest && m->pending.empty();
   const bool matches = m->committed_digest && *m->committed_digest == d.total;
   if (json) {
     Json tensors = Json::object();
-    for (size_t i = 0; i < d.tensors.size(); ++i) tensors[c->tensors()[i].name()] = d.tensors[i].ToHex();
+    for (size_t i = 0; i < d.tensors.size(); ++i) tensors[names[i]] = d.tensors[i].ToHex();
     Json out{{"digest", d.total.ToHex()}, {"tensors", tensors}, {"kind", m->KindName()}};
     if (m->committed_digest) {
       out["committed_digest"] = m->committed_digest->ToHex();
@@ -202,7 +223,7 @@ int RunDigest(const std::string& path, bool json, bool per_tensor, int threads) 
     std::printf("%s  %s\n", d.total.ToHex().c_str(), path.c_str());
     if (per_tensor)
       for (size_t i = 0; i < d.tensors.size(); ++i)
-        std::printf("%s  %s\n", d.tensors[i].ToHex().c_str(), c->tensors()[i].name().c_str());
+        std::printf("%s  %s\n", d.tensors[i].ToHex().c_str(), names[i].c_str());
     if (m->committed_digest)
       std::printf("%s the committed state digest %s (version %s)\n", matches ? "matches" : "DOES NOT MATCH",
                   m->committed_digest->ToHex().c_str(), m->state.value("number", Json(0)).dump().c_str());
@@ -272,7 +293,6 @@ int InspectDelta(const std::string& path, bool json) {
 int InspectCheckpoint(const std::string& path, bool json) {
   auto m = OpenModel(path);
   if (!m.ok()) return ReportError("inspect", m.status());
-  const Checkpoint* c = &m->checkpoint;
   if (m->kind != OpenedModel::Kind::kCheckpoint) {
     if (json) {
       Json state = m->state;
@@ -287,7 +307,12 @@ int InspectCheckpoint(const std::string& path, bool json) {
                        " (its own tensors only)").c_str()
                     : "");
     if (!m->pending.empty()) std::printf("  %s\n", m->pending.c_str());
+    if (!m->checkpoint) {
+      std::printf("  serving layout in %s, shards in %s\n", m->layout_dir.c_str(), m->shards_dir.c_str());
+      return kExitOk;
+    }
   }
+  const Checkpoint* c = &*m->checkpoint;
   std::map<std::string, uint64_t> by_dtype;
   for (const auto& t : c->tensors()) by_dtype[std::string(DTypeName(t.dtype()))] += t.num_elements();
   if (json) {

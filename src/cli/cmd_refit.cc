@@ -35,14 +35,16 @@ std::vector<std::string> SplitList(const std::string& s) {
 bool HasState(const std::string& dir, const char* file) { return fs::exists(fs::path(dir) / file); }
 
 struct ServeArgs {
-  std::string state, listen, init;
+  std::string state, listen, init, layout;
   int threads = 0, retry_ms = 5000;
 };
 
 int RunServe(const ServeArgs& a) {
+  if (!a.layout.empty() && a.init.empty())
+    return ReportError("serve", InvalidArgument("--layout is used when seeding a state dir: give --init CKPT too"));
   if (!a.init.empty() && !HasState(a.state, "state.json")) {
     std::fprintf(stderr, "dcr serve: seeding %s from %s\n", a.state.c_str(), a.init.c_str());
-    if (Status s = ReplicaState::Init(a.state, a.init, a.threads); !s.ok()) return ReportError("serve", s);
+    if (Status s = ReplicaState::Init(a.state, a.init, a.threads, a.layout); !s.ok()) return ReportError("serve", s);
   }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -152,6 +154,9 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
   serve->add_option("--state", serve_args->state, "State directory of this replica")->required();
   serve->add_option("--listen", serve_args->listen, "Endpoint to listen on, e.g. tcp://127.0.0.1:7001")->required();
   serve->add_option("--init", serve_args->init, "Seed an empty state dir from this checkpoint (version 0)");
+  serve->add_option("--layout", serve_args->layout,
+                    "With --init: hold the replica in this serving layout (a `dcr layout generate` dir): the shards\n"
+                    "of every rank are kept in DIR/shards and refits are placed into them (plain payloads)");
   serve->add_option("--threads", serve_args->threads, "Threads for digests (0 = all)");
   serve->add_option("--retry-ms", serve_args->retry_ms, "Resend a forwarded payload not acknowledged within this time")->capture_default_str();
   serve->callback([serve_args, exit_code] { *exit_code = RunServe(*serve_args); });

@@ -31,8 +31,16 @@ Result<OpenedModel> OpenModel(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(dir, ec) && fs::exists(dir / "state.json")) {
     DCR_ASSIGN_OR_RETURN(nlohmann::json state, ReadJson(dir / "state.json"));
-    DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open((dir / "weights.safetensors").string()));
-    OpenedModel m{OpenedModel::Kind::kReceiverState, std::move(c), state, std::nullopt, ""};
+    OpenedModel m;
+    m.kind = OpenedModel::Kind::kReceiverState;
+    m.state = state;
+    if (state.value("layout", false)) {
+      m.layout_dir = (dir / "layout").string();
+      m.shards_dir = (dir / "shards").string();
+    } else {
+      DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open((dir / "weights.safetensors").string()));
+      m.checkpoint.emplace(std::move(c));
+    }
     Digest128 d;
     if (state.contains("digest") && state["digest"].is_string() && Digest128::FromHex(state["digest"].get<std::string>(), &d))
       m.committed_digest = d;
@@ -49,10 +57,16 @@ Result<OpenedModel> OpenModel(const std::string& path) {
     const std::string file = state.value("file", "");
     if (file.empty() || file.find('/') != std::string::npos) return Corrupt((dir / "baseline.json").string() + ": no valid \"file\"");
     DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open((dir / file).string()));
-    return OpenedModel{OpenedModel::Kind::kProducerBaseline, std::move(c), state, std::nullopt, ""};
+    OpenedModel m;
+    m.kind = OpenedModel::Kind::kProducerBaseline;
+    m.checkpoint.emplace(std::move(c));
+    m.state = state;
+    return m;
   }
   DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open(path));
-  return OpenedModel{OpenedModel::Kind::kCheckpoint, std::move(c), nlohmann::json(), std::nullopt, ""};
+  OpenedModel m;
+  m.checkpoint.emplace(std::move(c));
+  return m;
 }
 
 }  // namespace dcr::cli

@@ -18,7 +18,10 @@ namespace dcr::cli {
 struct OpenedModel {
   enum class Kind { kCheckpoint, kReceiverState, kProducerBaseline };
   Kind kind = Kind::kCheckpoint;
-  Checkpoint checkpoint;            // the weights (a producer baseline holds only its own tensors)
+  // The weights (a producer baseline holds only its own tensors); absent for a receiver that
+  // holds a serving layout (`dcr serve --layout`), whose weights are per-rank shards.
+  std::optional<Checkpoint> checkpoint;
+  std::string layout_dir, shards_dir;  // receiver in layout mode
   nlohmann::json state;             // state.json / baseline.json, for state dirs
   std::optional<Digest128> committed_digest;  // receiver: the digest its committed bits must have
   std::string pending;              // receiver: "transfer <id> pending[, voted]" when a journal exists

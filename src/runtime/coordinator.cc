@@ -217,16 +217,22 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
                             {"catalog", Hex64(CatalogDigest64(next.catalog()))}, {"receivers", o.receivers},
                             {"index", i}, {"arity", o.arity}});
   auto prepared = receivers.Call(prepares, o.timeout_ms);
+  StreamOptions stream = o.stream;
+  bool plain_only = false;
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!prepared[i]) return abort(IoError("receiver " + o.receivers[i] + " did not answer prepare"));
     if (Status s = ReplyStatus(*prepared[i], o.receivers[i]); !s.ok()) return abort(s);
+    plain_only |= prepared[i]->value("plain_only", false);
   }
+  // One encoding serves every receiver: if any holds a serving layout, everyone gets plain.
+  if (plain_only) stream.encode.context = EncodeOptions::Context::kNever;
   Say(o, "transfer " + Hex64(transfer) + " prepared on " + std::to_string(o.receivers.size()) + " receivers");
-  followers.Broadcast({{"type", "start"}, {"transfer", Hex64(transfer)}, {"receivers", o.receivers}, {"arity", o.arity}});
+  followers.Broadcast({{"type", "start"}, {"transfer", Hex64(transfer)}, {"receivers", o.receivers}, {"arity", o.arity},
+                       {"plain", plain_only}});
 
   // Stream our own part.
   const std::string root = o.receivers[TreeRoot(0, o.receivers.size())];
-  auto streamed = StreamPart(baseline, next, transfer, root, o.stream);
+  auto streamed = StreamPart(baseline, next, transfer, root, stream);
   if (!streamed.ok()) return abort(streamed.status());
   StreamResult& mine = *streamed;
   std::vector<std::vector<uint32_t>> expected(o.producers);

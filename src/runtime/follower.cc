@@ -90,7 +90,9 @@ Result<PushReport> RunFollower(const PushOptions& o) {
   PushReport report;
   report.base = base;
   report.transfer = transfer;
-  auto streamed = StreamPart(baseline, next, transfer, root, o.stream);
+  StreamOptions stream = o.stream;
+  if (start.value("plain", false)) stream.encode.context = EncodeOptions::Context::kNever;  // a receiver holds a layout
+  auto streamed = StreamPart(baseline, next, transfer, root, stream);
   if (!streamed.ok()) {
     (void)link.Send({{"type", "failed"}, {"error", streamed.status().ToString()}});
     return streamed.status();

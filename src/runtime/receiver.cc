@@ -132,6 +132,14 @@ class ReceiverLoop {
       return Reply(route, StatusJson(req));
     } else if (type == "prepare") {
       s = OnPrepare(h);
+      if (s.ok()) {
+        Json r = OkReply(req);
+        r["version"] = VersionJson(state_.version());
+        // Placement through a serving layout needs plain payloads (context mode reads
+        // contiguous canonical old bits): the coordinator then has every producer encode plain.
+        r["plain_only"] = state_.has_layout();
+        return Reply(route, r);
+      }
     } else if (type == "flush") {
       s = OnFlush(route, req, h);
       if (s.ok()) return;  // answered later by CheckFlush
