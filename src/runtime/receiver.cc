@@ -10,35 +10,18 @@
 #include "protocol/baseline_state.h"
 #include "protocol/replica_state.h"
 #include "runtime/messages.h"
-#include "runtime/relay_tree.h"
+#include "runtime/relay_forwarder.h"
 
 namespace dcr {
 namespace {
 
 using PayloadKey = std::pair<uint32_t, uint32_t>;  // (producer, sequence)
 
-// A payload refused as damaged in transit is resent at most this many times.
-constexpr int kMaxResends = 8;
-
-struct Forward {
-  std::shared_ptr<const Frame> bytes;
-  uint64_t transfer = 0;
-  Clock::time_point sent;
-  int attempts = 0;
-};
-
-struct Child {
-  ZmqSocket socket;
-  std::map<PayloadKey, Forward> unacked;
-};
-
-// Per-transfer routing and metrics; reset by prepare.
+// Per-transfer metrics; reset by prepare.
 struct TransferContext {
   uint64_t id = 0;
-  std::vector<std::string> receivers;
-  size_t me = 0, arity = 2;
   Clock::time_point started;
-  uint64_t payloads = 0, duplicates = 0, rejected = 0, changed = 0, bytes_in = 0, forwarded_bytes = 0, reforwarded_bytes = 0;
+  uint64_t payloads = 0, duplicates = 0, rejected = 0, changed = 0, bytes_in = 0;
   double apply_seconds = 0;
   std::string failure;  // first payload that could not be applied: the vote is no
 };
@@ -54,17 +37,16 @@ struct PendingFlush {
 class ReceiverLoop {
  public:
   ReceiverLoop(ReplicaState state, ZmqSocket router, const ReceiverOptions& o)
-      : state_(std::move(state)), router_(std::move(router)), options_(o) {}
+      : state_(std::move(state)),
+        router_(std::move(router)),
+        options_(o),
+        forwarder_(o.forward_retry_ms, [this](const std::string& line) { Log(line); }) {}
 
   Status Run(const std::atomic<bool>& stop) {
     Log("serving " + options_.state_dir + " at " + state_.version().ToString() + " on " + options_.listen);
     while (!stop.load()) {
       std::vector<const ZmqSocket*> sockets{&router_};
-      std::vector<Child*> children;
-      for (auto& [endpoint, child] : children_) {
-        sockets.push_back(&child->socket);
-        children.push_back(child.get());
-      }
+      for (const ZmqSocket* s : forwarder_.sockets()) sockets.push_back(s);
       DCR_ASSIGN_OR_RETURN(std::vector<bool> ready, PollReadable(sockets, apply_queue_.empty() ? 100 : 0));
       Message m;
       if (ready[0]) {
@@ -75,16 +57,10 @@ class ReceiverLoop {
           HandleRequest(m);
         }
       }
-      for (size_t i = 0; i < children.size(); ++i) {
-        if (!ready[i + 1]) continue;
-        for (;;) {
-          DCR_ASSIGN_OR_RETURN(bool got, children[i]->socket.Receive(&m, 0));
-          if (!got) break;
-          HandleChildReply(*children[i], m);
-        }
-      }
+      for (size_t i = 1; i < ready.size(); ++i)
+        if (ready[i]) DCR_RETURN_IF_ERROR(forwarder_.Drain(i - 1));
       ApplyNextStaged();
-      ResendOverdue();
+      forwarder_.ResendOverdue();
       CheckFlush();
     }
     Log("stopping (SIGTERM); state stays at " + state_.version().ToString() +
@@ -188,14 +164,11 @@ class ReceiverLoop {
       flush_.reset();
       apply_queue_.clear();
       staged_.clear();
-      for (auto& [endpoint, child] : children_) child->unacked.clear();
       ctx_ = TransferContext{};
       ctx_.id = transfer;
       ctx_.started = Clock::now();
     }
-    ctx_.receivers = std::move(receivers);
-    ctx_.me = me;
-    ctx_.arity = arity;
+    forwarder_.SetTree(transfer, std::move(receivers), me, arity);
     Log("prepared transfer " + Hex64(transfer) + " from " + base.ToString());
     return Status::Ok();
   }
@@ -255,7 +228,7 @@ class ReceiverLoop {
     r["ok"] = true;
     Reply(route, r);
     auto shared = std::make_shared<const Frame>(bytes);
-    ForwardToChildren(key, shared);
+    forwarder_.Forward(key, shared);
     staged_[key] = shared;
     apply_queue_.push_back({key, std::move(shared)});
   }
@@ -278,69 +251,6 @@ class ReceiverLoop {
     }
     ++ctx_.payloads;
     ctx_.changed += outcome->changed;
-  }
-
-  void ForwardToChildren(const PayloadKey& key, const std::shared_ptr<const Frame>& bytes) {
-    const size_t n = ctx_.receivers.size();
-    if (n == 0) return;
-    for (size_t c : TreeChildren(n, ctx_.arity, TreeRoot(key.first, n), ctx_.me)) {
-      const std::string& endpoint = ctx_.receivers[c];
-      auto it = children_.find(endpoint);
-      if (it == children_.end()) {
-        auto socket = ZmqSocket::Connect(endpoint, /*send_timeout_ms=*/0, /*queue_until_connected=*/true);
-        if (!socket.ok()) {
-          Log("cannot reach child " + endpoint + ": " + socket.status().ToString());
-          continue;
-        }
-        it = children_.emplace(endpoint, std::make_unique<Child>(Child{std::move(*socket), {}})).first;
-      }
-      Forward& f = it->second->unacked[key];
-      f.bytes = bytes;
-      f.transfer = ctx_.id;
-      SendForward(*it->second, key, f);
-    }
-  }
-
-  void SendForward(Child& child, const PayloadKey& key, Forward& f) {
-    Json h{{"type", "payload"}, {"req", ++next_req_}, {"transfer", Hex64(f.transfer)}, {"producer", key.first}, {"seq", key.second}};
-    f.sent = Clock::now();
-    ++f.attempts;
-    if (child.socket.Send({HeaderFrame(h)}, *f.bytes).ok()) (f.attempts == 1 ? ctx_.forwarded_bytes : ctx_.reforwarded_bytes) += f.bytes->size();
-  }
-
-  void HandleChildReply(Child& child, const Message& m) {
-    try {
-      HandleChildReplyUnchecked(child, m);
-    } catch (const Json::exception& e) {
-      Log("malformed reply from child " + child.socket.endpoint() + ": " + e.what());
-    }
-  }
-
-  void HandleChildReplyUnchecked(Child& child, const Message& m) {
-    if (m.empty()) return;
-    auto h = ParseHeader(m[0], child.socket.endpoint());
-    if (!h.ok()) return;
-    const PayloadKey key{(*h).value("producer", 0u), (*h).value("seq", 0u)};
-    auto it = child.unacked.find(key);
-    // A late reply about the same (producer, sequence) of an earlier transfer (delivered to a
-    // child that restarted) must not settle this transfer's forward.
-    if (it == child.unacked.end() || (*h).value("transfer", std::string()) != Hex64(it->second.transfer)) return;
-    Status s = ReplyStatus(*h, child.socket.endpoint());
-    if (s.ok()) {
-      child.unacked.erase(it);
-    } else if ((*h).value("resend", false) && it->second.attempts < kMaxResends) {
-      SendForward(child, key, it->second);  // damaged in transit: resend the identical bytes
-    } else {
-      Log("child refused payload " + std::to_string(key.first) + "/" + std::to_string(key.second) + ": " + s.ToString());
-      child.unacked.erase(it);  // the child votes no; the coordinator aborts
-    }
-  }
-
-  void ResendOverdue() {
-    const auto now = Clock::now();
-    for (auto& [endpoint, child] : children_)
-      for (auto& [key, f] : child->unacked)
-        if (now - f.sent > std::chrono::milliseconds(options_.forward_retry_ms)) SendForward(*child, key, f);
   }
 
   Status OnFlush(const Frame& route, uint64_t req, const Json& h) {
@@ -377,8 +287,8 @@ class ReceiverLoop {
     r["expected"] = f.expected.size();
     r["digest"] = state_.running_digest().ToHex();
     r["payloads_received"] = ctx_.payloads + ctx_.duplicates;
-    r["forwarded_bytes"] = ctx_.forwarded_bytes;
-    r["reforwarded_bytes"] = ctx_.reforwarded_bytes;
+    r["forwarded_bytes"] = forwarder_.forwarded_bytes();
+    r["reforwarded_bytes"] = forwarder_.reforwarded_bytes();
     std::string reason;
     if (!ctx_.failure.empty()) reason = ctx_.failure;
     else if (!missing.empty()) reason = std::to_string(missing.size()) + " expected payloads missing (first: " +
@@ -425,7 +335,6 @@ class ReceiverLoop {
   }
 
   void EndTransfer(const char* outcome) {
-    for (auto& [endpoint, child] : children_) child->unacked.clear();
     apply_queue_.clear();
     staged_.clear();
     flush_.reset();
@@ -438,24 +347,25 @@ class ReceiverLoop {
                    {"rejected", ctx_.rejected},
                    {"changed", ctx_.changed},
                    {"bytes_in", ctx_.bytes_in},
-                   {"forwarded_bytes", ctx_.forwarded_bytes},
-                   {"reforwarded_bytes", ctx_.reforwarded_bytes},
+                   {"forwarded_bytes", forwarder_.forwarded_bytes()},
+                   {"reforwarded_bytes", forwarder_.reforwarded_bytes()},
                    {"apply_seconds", ctx_.apply_seconds},
                    {"seconds", ctx_.id ? SecondsSince(ctx_.started) : 0.0}};
     ++refits_;
     std::fprintf(options_.log, "%s\n", last_refit_.dump().c_str());
     std::fflush(options_.log);
+    forwarder_.Clear();
     ctx_ = TransferContext{};
   }
 
   ReplicaState state_;
   ZmqSocket router_;
   ReceiverOptions options_;
-  std::map<std::string, std::unique_ptr<Child>> children_;
+  RelayForwarder forwarder_;
   TransferContext ctx_;
   std::optional<PendingFlush> flush_;
   Json last_refit_ = Json::object();
-  uint64_t refits_ = 0, next_req_ = 0;
+  uint64_t refits_ = 0;
   bool resend_ = false;  // set while refusing a payload that failed its checksum or structure checks
   // Payloads ACKed and forwarded but not applied yet, oldest first, and the same by identity.
   std::deque<std::pair<PayloadKey, std::shared_ptr<const Frame>>> apply_queue_;
