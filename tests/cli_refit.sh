@@ -99,6 +99,15 @@ assert_eq "$(status_field stale version.id)" "$v0" "stale receiver version"
 check_all_at "$steps"
 stop_receiver stale
 
+note "a checkpoint of another model is refused before any transfer starts"
+"$DCR_TESTDATA" chain --steps 1 --layers 1 --hidden 64 --vocab 256 "$WORK/other"
+before=$(for r in "${RECEIVERS[@]}"; do sha "$WORK/$r/weights.safetensors"; done)
+push_all 2 p "$WORK/other/step_1.safetensors" "$ALL"
+assert_eq "$PUSH_RC" 6 "push exit code for another model (catalog mismatch)"
+grep -q "has another catalog" "$WORK/push.log" || fail "the refusal does not say the catalog differs"
+assert_eq "$(for r in "${RECEIVERS[@]}"; do sha "$WORK/$r/weights.safetensors"; done)" "$before" "weights after the refused push"
+check_all_at "$steps"
+
 note "a payload delivered twice is applied once"
 push_all 2 p "$CHAIN/step_1.safetensors" "$ALL" --chunk-kib 64 --inject-duplicate
 committed "duplicate sends"

@@ -149,6 +149,9 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
   DCR_ASSIGN_OR_RETURN(DecisionLog log, DecisionLog::Open(o.baseline_dir));
   DCR_RETURN_IF_ERROR(ResolveStaged(baseline, log));
   DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(o.new_checkpoint));
+  if (CatalogDigest64(next.catalog()) != baseline.catalog_digest())  // another model: refused before any transfer
+    return Mismatch(o.new_checkpoint + " has another catalog (tensor names, dtypes or shapes) than the baseline " +
+                    o.baseline_dir + " was seeded with; nothing was sent");
   const Version base = baseline.version();
   report.base = base;
 

@@ -49,6 +49,9 @@ Result<PushReport> RunFollower(const PushOptions& o) {
   if (o.coordinator.empty()) return InvalidArgument("--coordinator is required for producer " + std::to_string(o.producer));
   DCR_ASSIGN_OR_RETURN(BaselineState baseline, BaselineState::Open(o.baseline_dir, o.producer, o.producers));
   DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(o.new_checkpoint));
+  if (CatalogDigest64(next.catalog()) != baseline.catalog_digest())  // another model: refused before any transfer
+    return Mismatch(o.new_checkpoint + " has another catalog (tensor names, dtypes or shapes) than the baseline " +
+                    o.baseline_dir + " was seeded with; nothing was sent");
   DCR_ASSIGN_OR_RETURN(ZmqSocket socket, ZmqSocket::Connect(o.coordinator, 0, /*queue_until_connected=*/true));
   DCR_RETURN_IF_ERROR(socket.SetLinger(2000));  // "failed" and "advanced" must outlive the process
   CoordinatorLink link(std::move(socket), o.producer, o.timeout_ms);

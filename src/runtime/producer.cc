@@ -111,10 +111,18 @@ Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint&
   const uint32_t producer = baseline.producer();
   const std::vector<uint32_t> owned = OwnedTensors(next.catalog(), producer, baseline.producers());
   const std::vector<TensorRef> base = BaselineByCatalog(baseline, next);
-  for (uint32_t t : owned)
+  // Another model (names, dtypes or shapes) is refused before anything is sent.
+  for (uint32_t t : owned) {
+    const TensorRef& x = next.tensors()[t];
     if (base[t].info == nullptr)
-      return Mismatch("tensor '" + next.tensors()[t].name() + "' of " + next.path() + " is not in the baseline of producer " +
-                      std::to_string(producer));
+      return Mismatch("tensor '" + x.name() + "' of " + next.path() + " is not in the baseline of producer " + std::to_string(producer));
+    if (base[t].dtype() != x.dtype() || base[t].info->shape != x.info->shape)
+      return Mismatch("tensor '" + x.name() + "' of " + next.path() + " has another dtype or shape than in the baseline " +
+                      baseline.dir());
+  }
+  if (CatalogDigest64(next.catalog()) != baseline.catalog_digest())
+    return Mismatch(next.path() + " has another catalog (tensor names, dtypes or shapes) than the baseline " + baseline.dir() +
+                    " was seeded with");
   const PayloadPlan plan = PlanPayloads(next.tensors(), owned, std::max<uint64_t>(options.chunk_bytes, 8));
   DCR_ASSIGN_OR_RETURN(ZmqSocket socket, ZmqSocket::Connect(root, 1000));
 
