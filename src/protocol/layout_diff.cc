@@ -9,6 +9,7 @@
 #include "layout/projection.h"
 #include "protocol/delta_file.h"
 #include "protocol/layout_digest.h"
+#include "protocol/payload_plan.h"
 
 namespace dcr {
 namespace {
@@ -30,33 +31,6 @@ struct ScanResult {
   std::vector<std::pair<uint32_t, CanonicalChange>> changes;  // (canonical tensor, change)
   uint64_t replica = 0, padding = 0;
 };
-
-struct PlannedSegment {
-  uint32_t tensor;
-  uint64_t start, count;
-};
-
-// The plan of DiffCheckpoints (protocol/delta_diff.cc): tensors in catalog order cut into payloads
-// of at most `capacity` dense bytes, small tensors sharing one, large ones split.
-std::vector<std::vector<PlannedSegment>> PlanPayloads(const Catalog& catalog, uint64_t capacity) {
-  std::vector<std::vector<PlannedSegment>> plan(1);
-  uint64_t fill = 0;
-  for (uint32_t t = 0; t < catalog.size(); ++t) {
-    const uint64_t n = *ShapeElements(catalog[t].shape), w = DTypeWidth(catalog[t].dtype);
-    for (uint64_t s = 0; s < n;) {
-      if (capacity - fill < w) {
-        plan.emplace_back();
-        fill = 0;
-      }
-      const uint64_t take = std::min({n - s, (capacity - fill) / w, kMaxSegmentElements});
-      plan.back().push_back({t, s, take});
-      fill += take * w;
-      s += take;
-    }
-  }
-  if (plan.back().empty()) plan.pop_back();
-  return plan;
-}
 
 Status Scan(const LayoutSet& set, const std::vector<ProjectionIndex>& projections, const ShardBytes& base,
             const ShardBytes& next, const ScanItem& item, ScanResult* out) {

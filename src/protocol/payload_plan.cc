@@ -2,18 +2,22 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace dcr {
 
-PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vector<uint32_t>& owned,
-                         uint64_t capacity) {
+namespace {
+
+// The planner itself, over the listed tensors' (element count, element width) given by `size`.
+template <typename Size>
+PayloadPlan Plan(const std::vector<uint32_t>& listed, uint64_t capacity, Size size) {
   DCR_CHECK(capacity >= 8);
   PayloadPlan plan(1);
   uint64_t fill = 0;
-  for (size_t i = 0; i < owned.size(); ++i) {
-    const uint32_t t = owned[i];
-    DCR_CHECK(t < tensors.size() && (i == 0 || owned[i - 1] < t));
-    const uint64_t n = tensors[t].num_elements(), w = DTypeWidth(tensors[t].dtype());
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const uint32_t t = listed[i];
+    DCR_CHECK(i == 0 || listed[i - 1] < t);
+    const auto [n, w] = size(t);
     for (uint64_t s = 0; s < n;) {
       if (capacity - fill < w) {
         plan.emplace_back();
@@ -29,10 +33,29 @@ PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vecto
   return plan;
 }
 
-PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity) {
-  std::vector<uint32_t> all(tensors.size());
+std::vector<uint32_t> AllTensors(size_t n) {
+  std::vector<uint32_t> all(n);
   for (uint32_t t = 0; t < all.size(); ++t) all[t] = t;
-  return PlanPayloads(tensors, all, capacity);
+  return all;
+}
+
+}  // namespace
+
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vector<uint32_t>& owned, uint64_t capacity) {
+  return Plan(owned, capacity, [&](uint32_t t) {
+    DCR_CHECK(t < tensors.size());
+    return std::pair<uint64_t, uint64_t>(tensors[t].num_elements(), DTypeWidth(tensors[t].dtype()));
+  });
+}
+
+PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity) {
+  return PlanPayloads(tensors, AllTensors(tensors.size()), capacity);
+}
+
+PayloadPlan PlanPayloads(const Catalog& catalog, uint64_t capacity) {
+  return Plan(AllTensors(catalog.size()), capacity, [&](uint32_t t) {
+    return std::pair<uint64_t, uint64_t>(*ShapeElements(catalog[t].shape), DTypeWidth(catalog[t].dtype));
+  });
 }
 
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,

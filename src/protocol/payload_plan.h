@@ -34,6 +34,9 @@ PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vecto
 
 // Every tensor owned: 0, 1, …, tensors.size() - 1.
 PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, uint64_t capacity);
+// The same plan from a catalog alone (what a checkpoint with this catalog gets), for callers that
+// hold the model as shards (layout diff).
+PayloadPlan PlanPayloads(const Catalog& catalog, uint64_t capacity);
 
 struct EncodedPayload {
   std::vector<uint8_t> bytes;  // the encoded payload; empty when nothing in it changed
