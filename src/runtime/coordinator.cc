@@ -301,7 +301,8 @@ Result<PushReport> RunCoordinator(const PushOptions& o) {
   report.flush_seconds = SecondsSince(t_flush);
   std::string no;
   for (size_t i = 0; i < votes.size(); ++i) {
-    ReceiverFlush rf{o.receivers[i]};
+    ReceiverFlush rf;
+    rf.endpoint = o.receivers[i];
     if (!votes[i]) {
       rf.reason = "no answer to flush";
     } else {

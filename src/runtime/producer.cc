@@ -98,31 +98,13 @@ void EncodeDensePayload(const std::vector<PlannedSegment>& segments, const std::
 
 }  // namespace
 
-std::vector<TensorRef> BaselineByCatalog(const BaselineState& baseline, const Checkpoint& next) {
-  std::vector<TensorRef> out(next.tensors().size());
-  for (size_t t = 0; t < out.size(); ++t)
-    if (const TensorRef* b = baseline.baseline().Find(next.tensors()[t].name())) out[t] = *b;
-  return out;
-}
-
 Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint& next, uint64_t transfer,
                                 const std::string& root, const StreamOptions& options) {
   const int threads = options.threads > 0 ? options.threads : HardwareThreads();
   const uint32_t producer = baseline.producer();
   const std::vector<uint32_t> owned = OwnedTensors(next.catalog(), producer, baseline.producers());
-  const std::vector<TensorRef> base = BaselineByCatalog(baseline, next);
   // Another model (names, dtypes or shapes) is refused before anything is sent.
-  for (uint32_t t : owned) {
-    const TensorRef& x = next.tensors()[t];
-    if (base[t].info == nullptr)
-      return Mismatch("tensor '" + x.name() + "' of " + next.path() + " is not in the baseline of producer " + std::to_string(producer));
-    if (base[t].dtype() != x.dtype() || base[t].info->shape != x.info->shape)
-      return Mismatch("tensor '" + x.name() + "' of " + next.path() + " has another dtype or shape than in the baseline " +
-                      baseline.dir());
-  }
-  if (CatalogDigest64(next.catalog()) != baseline.catalog_digest())
-    return Mismatch(next.path() + " has another catalog (tensor names, dtypes or shapes) than the baseline " + baseline.dir() +
-                    " was seeded with");
+  DCR_ASSIGN_OR_RETURN(const std::vector<TensorRef> base, baseline.TensorsByCatalogIndex(next.catalog()));
   const PayloadPlan plan = PlanPayloads(next.tensors(), owned, std::max<uint64_t>(options.chunk_bytes, 8));
   DCR_ASSIGN_OR_RETURN(ZmqSocket socket, ZmqSocket::Connect(root, 1000));
 

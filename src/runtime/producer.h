@@ -54,9 +54,6 @@ struct StreamResult {
   double stream_seconds = 0;  // first encode to last acknowledgement
 };
 
-// The catalog-indexed base tensors of the owned tensors (other entries empty), for the encoder.
-std::vector<TensorRef> BaselineByCatalog(const BaselineState& baseline, const Checkpoint& next);
-
 Result<StreamResult> StreamPart(const BaselineState& baseline, const Checkpoint& next, uint64_t transfer,
                                 const std::string& root, const StreamOptions& options);
 
