@@ -129,15 +129,7 @@ Result<std::optional<TensorDifference>> SubsetDifference(const Checkpoint& part,
     if (!u) return Mismatch("tensor '" + t.name() + "' of " + part.path() + " is not in " + whole.path());
     if (u->dtype() != t.dtype() || u->info->shape != t.info->shape)
       return Mismatch("tensor '" + t.name() + "' has another dtype or shape in " + whole.path());
-    if (std::memcmp(t.bytes.data(), u->bytes.data(), t.bytes.size()) == 0) continue;
-    const uint32_t w = DTypeWidth(t.dtype());
-    for (uint64_t i = 0; i < t.num_elements(); ++i) {
-      if (std::memcmp(t.bytes.data() + i * w, u->bytes.data() + i * w, w) == 0) continue;
-      TensorDifference d{t.name(), t.info->shape, i, 0, 0, w};
-      std::memcpy(&d.a_bits, t.bytes.data() + i * w, w);
-      std::memcpy(&d.b_bits, u->bytes.data() + i * w, w);
-      return std::optional<TensorDifference>(d);
-    }
+    if (auto d = FirstTensorDifference(t, *u)) return d;
   }
   return std::optional<TensorDifference>();
 }

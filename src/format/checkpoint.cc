@@ -184,27 +184,29 @@ Status WriteShardedCheckpoint(const std::string& dir, const std::vector<TensorTo
 
 namespace dcr {
 
+std::optional<TensorDifference> FirstTensorDifference(const TensorRef& x, const TensorRef& y) {
+  DCR_CHECK(x.dtype() == y.dtype() && x.bytes.size() == y.bytes.size());
+  if (x.bytes.empty() || std::memcmp(x.bytes.data(), y.bytes.data(), x.bytes.size()) == 0) return std::nullopt;
+  const uint32_t w = DTypeWidth(x.dtype());
+  // Find the first differing byte in 1 MiB steps, then its element.
+  size_t off = 0;
+  const size_t step = 1 << 20;
+  while (off + step < x.bytes.size() && std::memcmp(x.bytes.data() + off, y.bytes.data() + off, step) == 0) off += step;
+  while (x.bytes[off] == y.bytes[off]) ++off;
+  TensorDifference d;
+  d.tensor = x.name();
+  d.shape = x.info->shape;
+  d.width = w;
+  d.element = off / w;
+  std::memcpy(&d.a_bits, x.bytes.data() + d.element * w, w);
+  std::memcpy(&d.b_bits, y.bytes.data() + d.element * w, w);
+  return d;
+}
+
 Result<std::optional<TensorDifference>> FirstDifference(const Checkpoint& a, const Checkpoint& b) {
   DCR_RETURN_IF_ERROR(CompareCatalogs(a.catalog(), a.path(), b.catalog(), b.path()));
-  for (size_t i = 0; i < a.tensors().size(); ++i) {
-    const TensorRef& x = a.tensors()[i];
-    const TensorRef& y = b.tensors()[i];
-    if (x.bytes.empty() || std::memcmp(x.bytes.data(), y.bytes.data(), x.bytes.size()) == 0) continue;
-    const uint32_t w = DTypeWidth(x.dtype());
-    // Find the first differing byte in 1 MiB steps, then its element.
-    size_t off = 0;
-    const size_t step = 1 << 20;
-    while (off + step < x.bytes.size() && std::memcmp(x.bytes.data() + off, y.bytes.data() + off, step) == 0) off += step;
-    while (x.bytes[off] == y.bytes[off]) ++off;
-    TensorDifference d;
-    d.tensor = x.name();
-    d.shape = x.info->shape;
-    d.width = w;
-    d.element = off / w;
-    std::memcpy(&d.a_bits, x.bytes.data() + d.element * w, w);
-    std::memcpy(&d.b_bits, y.bytes.data() + d.element * w, w);
-    return std::optional<TensorDifference>(d);
-  }
+  for (size_t i = 0; i < a.tensors().size(); ++i)
+    if (auto d = FirstTensorDifference(a.tensors()[i], b.tensors()[i])) return d;
   return std::optional<TensorDifference>();
 }
 

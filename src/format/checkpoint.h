@@ -92,6 +92,10 @@ struct TensorDifference {
   uint32_t width = 0;
 };
 
+// Where two tensors of equal dtype and size (checked: a bug otherwise) first differ; nullopt
+// when they are bit-identical.
+std::optional<TensorDifference> FirstTensorDifference(const TensorRef& a, const TensorRef& b);
+
 // nullopt when every tensor is bit-identical; kMismatch when the catalogs differ.
 Result<std::optional<TensorDifference>> FirstDifference(const Checkpoint& a, const Checkpoint& b);
 
