@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "protocol/replica_journal.h"
+#include "protocol/replica_state.h"
+
 namespace dcr::cli {
 namespace fs = std::filesystem;
 
@@ -29,25 +32,28 @@ Result<nlohmann::json> ReadJson(const fs::path& p) {
 Result<OpenedModel> OpenModel(const std::string& path) {
   const fs::path dir(path);
   std::error_code ec;
-  if (fs::is_directory(dir, ec) && fs::exists(dir / "state.json")) {
-    DCR_ASSIGN_OR_RETURN(nlohmann::json state, ReadJson(dir / "state.json"));
+  if (fs::is_directory(dir, ec) && fs::exists(dir / kReplicaStateFile)) {
+    // The receiver's own parsers: the same checks as `dcr serve` applies when it opens the dir.
+    const std::string state_path = (dir / kReplicaStateFile).string();
+    DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(state_path));
+    DCR_ASSIGN_OR_RETURN(StateFile state, ParseStateFile(bytes, state_path));
     OpenedModel m;
     m.kind = OpenedModel::Kind::kReceiverState;
-    m.state = state;
-    if (state.value("layout", false)) {
-      m.layout_dir = (dir / "layout").string();
-      m.shards_dir = (dir / "shards").string();
+    m.state = nlohmann::json::parse(bytes.begin(), bytes.end());  // parsed above: for display
+    m.committed_digest = state.digest;
+    if (state.layout) {
+      m.layout_dir = (dir / kReplicaLayoutDir).string();
+      m.shards_dir = (dir / kReplicaShardsDir).string();
     } else {
-      DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open((dir / "weights.safetensors").string()));
+      DCR_ASSIGN_OR_RETURN(Checkpoint c, Checkpoint::Open((dir / kReplicaWeightsFile).string()));
       m.checkpoint.emplace(std::move(c));
     }
-    Digest128 d;
-    if (state.contains("digest") && state["digest"].is_string() && Digest128::FromHex(state["digest"].get<std::string>(), &d))
-      m.committed_digest = d;
-    if (fs::exists(dir / "journal" / "transfer.json")) {
-      auto t = ReadJson(dir / "journal" / "transfer.json");
-      m.pending = "transfer " + (t.ok() ? t->value("transfer", std::string("?")) : std::string("?")) + " pending" +
-                  (fs::exists(dir / "journal" / "voted") ? ", voted" : "") +
+    const fs::path journal = dir / kReplicaJournalDir;
+    if (fs::exists(journal / "transfer.json")) {
+      const std::string transfer_path = (journal / "transfer.json").string();
+      DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> tb, ReadWholeFile(transfer_path));
+      DCR_ASSIGN_OR_RETURN(TransferFile t, ParseTransferFile(tb, transfer_path));
+      m.pending = "transfer " + Hex64(t.transfer_id) + " pending" + (fs::exists(journal / "voted") ? ", voted" : "") +
                   " (the weights hold its applied payloads; the receiver settles it on restart or at the next push)";
     }
     return m;
