@@ -277,6 +277,11 @@ class ReceiverLoop {
     if (!flush_) return;
     PendingFlush& f = *flush_;
     const auto& pending = state_.pending();
+    // Runs every loop turn (after every apply): while fewer payloads are applied than expected the
+    // flush cannot be complete, so the O(expected) scan below waits for a count that can match,
+    // a failure or the deadline.
+    const size_t applied = pending ? pending->applied_payloads : 0;
+    if (applied < f.expected.size() && ctx_.failure.empty() && Clock::now() < f.deadline) return;
     std::vector<PayloadKey> missing;
     for (const PayloadKey& k : f.expected)
       if (!state_.HasApplied(k.first, k.second)) missing.push_back(k);
