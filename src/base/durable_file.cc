@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <utility>
 
@@ -13,7 +14,10 @@ Result<DurableFileWriter> DurableFileWriter::Create(const std::string& path) {
   std::filesystem::path p(path);
   w.path_ = path;
   w.dir_ = p.has_parent_path() ? p.parent_path().string() : ".";
-  w.tmp_path_ = w.dir_ + "/." + p.filename().string() + ".tmp." + std::to_string(::getpid());
+  // Unique per writer (pid and a process-wide counter), so concurrent writers of one final path,
+  // in one process or several, never share a temporary file; the last Commit wins.
+  static std::atomic<uint64_t> counter{0};
+  w.tmp_path_ = w.dir_ + "/." + p.filename().string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   w.fd_ = ::open(w.tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w.fd_ < 0) return ErrnoError("create " + w.tmp_path_);
   return w;

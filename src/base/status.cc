@@ -41,4 +41,13 @@ void Fatal(const char* file, int line, const std::string& message) {
   std::abort();
 }
 
+bool StatusCodeFromName(const std::string& name, StatusCode* code) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c)
+    if (name == StatusCodeName(static_cast<StatusCode>(c))) {
+      *code = static_cast<StatusCode>(c);
+      return true;
+    }
+  return false;
+}
+
 }  // namespace dcr

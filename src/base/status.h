@@ -24,6 +24,8 @@ enum class StatusCode : int {
 };
 
 const char* StatusCodeName(StatusCode code);
+// The inverse of StatusCodeName; false for any other string.
+bool StatusCodeFromName(const std::string& name, StatusCode* code);
 
 class [[nodiscard]] Status {
  public:

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -13,6 +14,7 @@
 #include "runtime/peers.h"
 #include "runtime/push.h"
 #include "runtime/receiver.h"
+#include "runtime/store_refit.h"
 #include "transport/zmq_socket.h"
 
 namespace dcr::cli {
@@ -34,22 +36,78 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 bool HasState(const std::string& dir, const char* file) { return fs::exists(fs::path(dir) / file); }
 
-struct ServeArgs {
-  std::string state, listen, init, layout;
-  int threads = 0, retry_ms = 5000;
+// A comma list of payload sequence numbers (fault-injection flags).
+Status ParseSequences(const std::string& list, const char* flag, std::set<uint32_t>* out) {
+  for (const std::string& s : SplitList(list)) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument(std::string(flag) + " takes payload sequence numbers, got '" + s + "'");
+    out->insert(static_cast<uint32_t>(std::stoul(s)));
+  }
+  return Status::Ok();
+}
+
+// Options of the S3 backend, shared by serve and push (--store s3://…).
+struct StoreArgs {
+  std::string endpoint, region;
+  bool virtual_host = false;
+  uint64_t part_mib = 16;
+  int parallelism = 4;
+  StoreOptions ToOptions() const {
+    StoreOptions o;
+    o.endpoint = endpoint;
+    o.region = region;
+    o.virtual_host_style = virtual_host;
+    o.part_bytes = part_mib << 20;
+    o.multipart_threshold = std::max<uint64_t>(o.part_bytes, 64ull << 20);
+    o.parallelism = parallelism;
+    return o;
+  }
 };
+
+void AddStoreOptions(CLI::App* app, StoreArgs* a) {
+  app->add_option("--s3-endpoint", a->endpoint, "S3: endpoint URL, e.g. http://127.0.0.1:4569 (default: AWS for the region)");
+  app->add_option("--s3-region", a->region, "S3: region (default: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1)");
+  app->add_flag("--s3-virtual-host", a->virtual_host, "S3: virtual-host style addressing (BUCKET.host) instead of path style");
+  app->add_option("--s3-part-mib", a->part_mib, "S3: multipart part and ranged-GET size in MiB")->capture_default_str()->check(CLI::Range(5, 4096));
+  app->add_option("--s3-parallel", a->parallelism, "S3: concurrent part uploads / ranged GETs per object")->capture_default_str()->check(CLI::Range(1, 64));
+}
+
+struct ServeArgs {
+  std::string state, listen, init, layout, store, name;
+  int threads = 0, retry_ms = 5000, poll_ms = 200;
+  bool once = false;
+  StoreArgs s3;
+};
+
+int RunStoreServe(const ServeArgs& a) {
+  StoreReceiverOptions o;
+  o.store_url = a.store;
+  o.store = a.s3.ToOptions();
+  o.state_dir = a.state;
+  o.name = a.name;
+  o.init = a.init;
+  o.layout = a.layout;
+  o.threads = a.threads;
+  o.poll_ms = std::max(a.poll_ms, 10);
+  o.exit_when_current = a.once;
+  Status s = RunStoreReceiver(o, g_stop);
+  return s.ok() ? kExitOk : ReportError("serve", s);
+}
 
 int RunServe(const ServeArgs& a) {
   if (!a.layout.empty() && a.init.empty())
     return ReportError("serve", InvalidArgument("--layout is used when seeding a state dir: give --init CKPT too"));
-  if (!a.init.empty() && !HasState(a.state, "state.json")) {
-    std::fprintf(stderr, "dcr serve: seeding %s from %s\n", a.state.c_str(), a.init.c_str());
-    if (Status s = ReplicaState::Init(a.state, a.init, a.threads, a.layout); !s.ok()) return ReportError("serve", s);
-  }
+  if (a.listen.empty() == a.store.empty())
+    return ReportError("serve", InvalidArgument("give exactly one of --listen (relay tree) and --store (object store)"));
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  if (!a.store.empty()) return RunStoreServe(a);
+  if (!a.init.empty() && !HasState(a.state, "state.json")) {
+    std::fprintf(stderr, "dcr serve: seeding %s from %s\n", a.state.c_str(), a.init.c_str());
+    if (Status s = ReplicaState::Init(a.state, a.init, a.threads, a.layout); !s.ok()) return ReportError("serve", s);
+  }
   ReceiverOptions o;
   o.state_dir = a.state;
   o.listen = a.listen;
@@ -60,9 +118,12 @@ int RunServe(const ServeArgs& a) {
 }
 
 struct PushArgs {
-  std::string baseline, init, next, receivers, producer = "0/1", coordinator, corrupt;
+  std::string baseline, init, next, receivers, producer = "0/1", coordinator, corrupt, missing, store;
   size_t arity = 2, window = 8;
-  double timeout = 30;
+  double timeout = 30, vote_timeout = 60, live_seconds = 10;
+  uint64_t anchor_every = 10, keep_anchors = 2;
+  int uploads = 4;
+  StoreArgs s3;
   int threads = 0;
   uint64_t chunk_kib = 32 << 10;
   bool json = false, dense = false, plain = false, duplicate = false;
@@ -89,18 +150,40 @@ int RunPush(const PushArgs& a) {
   o.stream.deadline_ms = o.timeout_ms;
   o.stream.encode.context = a.plain ? EncodeOptions::Context::kNever : EncodeOptions::Context::kWhenSmaller;
   o.stream.duplicate_sends = a.duplicate;
-  for (const std::string& s : SplitList(a.corrupt)) {
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
-      return ReportError("push", InvalidArgument("--inject-corrupt takes payload sequence numbers, got '" + s + "'"));
-    o.stream.corrupt_first_send.insert(static_cast<uint32_t>(std::stoul(s)));
-  }
+  std::set<uint32_t> missing;
+  if (Status s = ParseSequences(a.corrupt, "--inject-corrupt", &o.stream.corrupt_first_send); !s.ok()) return ReportError("push", s);
+  if (Status s = ParseSequences(a.missing, "--inject-missing", &missing); !s.ok()) return ReportError("push", s);
+  if (!a.store.empty() && (m != 1 || !a.receivers.empty() || !a.coordinator.empty()))
+    return ReportError("push", Unsupported("--store works with one producer and no --receivers/--coordinator (receivers "
+                                           "register in the store); several producers through a store are not supported yet"));
+  if (a.store.empty() && !missing.empty()) return ReportError("push", InvalidArgument("--inject-missing needs --store"));
   if (!a.init.empty() && !HasState(a.baseline, "baseline.json")) {
     std::fprintf(stderr, "dcr push: seeding baseline %s from %s (producer %u/%u)\n", a.baseline.c_str(), a.init.c_str(), i, m);
     if (Status s = BaselineState::Init(a.baseline, a.init, i, m, a.threads); !s.ok()) return ReportError("push", s);
   }
   Result<PushReport> r = Internal("not run");
   try {
-    r = i == 0 ? RunCoordinator(o) : RunFollower(o);
+    if (!a.store.empty()) {
+      StorePushOptions so;
+      so.store_url = a.store;
+      so.store = a.s3.ToOptions();
+      so.baseline_dir = a.baseline;
+      so.new_checkpoint = a.next;
+      so.anchor_every = a.anchor_every;
+      so.keep_anchors = a.keep_anchors;
+      so.vote_timeout_ms = static_cast<int>(a.vote_timeout * 1000);
+      so.live_ms = static_cast<int>(a.live_seconds * 1000);
+      so.threads = a.threads;
+      so.uploads = a.uploads;
+      so.chunk_bytes = o.stream.chunk_bytes;
+      so.encode = o.stream.encode;
+      so.dense = a.dense;
+      so.corrupt = o.stream.corrupt_first_send;
+      so.missing = missing;
+      r = RunStorePush(so);
+    } else {
+      r = i == 0 ? RunCoordinator(o) : RunFollower(o);
+    }
   } catch (const Json::exception& e) {  // a peer sent a field of the wrong type
     r = Corrupt(std::string("malformed message from a peer: ") + e.what());
   }
@@ -150,9 +233,21 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
       "written before the payload is applied). A receiver killed at any instant restarts into the exact\n"
       "base, or into a voted transfer that awaits the coordinator's decision; never a half-applied one.\n"
       "`dcr verify DIR CKPT`, `dcr digest DIR` and `dcr inspect DIR` read a state dir like a checkpoint.\n"
-      "SIGTERM or SIGINT stop it cleanly. Layout: docs/state-dirs.md; protocol: docs/refit.md.");
+      "SIGTERM or SIGINT stop it cleanly. Layout: docs/state-dirs.md; protocol: docs/refit.md.\n"
+      "With --store (instead of --listen) it follows an object store: it registers as receivers/NAME.json\n"
+      "(which pins the chain it still needs against garbage collection: delete that object to release\n"
+      "a replica for good), applies each open transfer's payloads as they appear, votes through the\n"
+      "store and commits on its decision object. S3 credentials: $AWS_ACCESS_KEY_ID,\n"
+      "$AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN. Objects and protocol: docs/store.md.");
   serve->add_option("--state", serve_args->state, "State directory of this replica")->required();
-  serve->add_option("--listen", serve_args->listen, "Endpoint to listen on, e.g. tcp://127.0.0.1:7001")->required();
+  serve->add_option("--listen", serve_args->listen, "Relay tree: endpoint to listen on, e.g. tcp://127.0.0.1:7001");
+  serve->add_option("--store", serve_args->store,
+                    "Object store to follow instead of listening: file://DIR or s3://BUCKET[/PREFIX]. An empty state\n"
+                    "dir is seeded from the newest anchor (or --init), caught up through the chain, then follows");
+  serve->add_option("--name", serve_args->name, "Store: this receiver's registration name (default: host and state dir hash)");
+  serve->add_option("--poll-ms", serve_args->poll_ms, "Store: poll interval")->capture_default_str();
+  serve->add_flag("--once", serve_args->once, "Store: exit once at the store's head with no transfer open (catch up only)");
+  AddStoreOptions(serve, &serve_args->s3);
   serve->add_option("--init", serve_args->init, "Seed an empty state dir from this checkpoint (version 0)");
   serve->add_option("--layout", serve_args->layout,
                     "With --init: hold the replica in this serving layout (a `dcr layout generate` dir): the shards\n"
@@ -173,11 +268,24 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
       "coordinator binds that endpoint) and `--producer I/M --coordinator tcp://HOST:PORT` for\n"
       "I = 1..M-1 (they connect to it and learn the transfer and the receivers from it). Producer I\n"
       "owns the tensors whose catalog index is I mod M; its baseline dir holds only those.\n"
-      "--json prints the new version, element and byte counts and stage timings as one JSON object.");
+      "--json prints the new version, element and byte counts and stage timings as one JSON object.\n"
+      "With --store (one producer): payloads, a manifest, the decision and the chain link are published\n"
+      "as objects; the push waits for the votes of the live receivers registered at the base\n"
+      "(--live-seconds, --vote-timeout). The first push to an empty store publishes the baseline as the\n"
+      "first anchor; --anchor-every N adds one at every Nth version; --keep-anchors bounds how many stay.");
   push->add_option("--baseline", push_args->baseline, "This producer's baseline directory")->required();
   push->add_option("--init", push_args->init, "Seed an empty baseline dir from this checkpoint (version 0)");
   push->add_option("--new", push_args->next, "The new checkpoint (safetensors file or sharded dir)")->required();
   push->add_option("--receivers", push_args->receivers, "Comma-separated receiver endpoints (producer 0 only)");
+  push->add_option("--store", push_args->store,
+                   "Publish through an object store instead of a relay tree: file://DIR or s3://BUCKET[/PREFIX]");
+  push->add_option("--anchor-every", push_args->anchor_every, "Store: publish a full anchor at every version number divisible by this (0: first only)")->capture_default_str();
+  push->add_option("--keep-anchors", push_args->keep_anchors, "Store: anchors kept by garbage collection")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  push->add_option("--vote-timeout", push_args->vote_timeout, "Store: seconds live receivers get to vote before the transfer aborts")->capture_default_str();
+  push->add_option("--live-seconds", push_args->live_seconds, "Store: receivers whose heartbeat is older than this are not waited for")->capture_default_str();
+  push->add_option("--uploads", push_args->uploads, "Store: payload uploads in flight")->capture_default_str()->check(CLI::Range(1, 64));
+  push->add_option("--inject-missing", push_args->missing, "Testing (store): list these payload sequences in the manifest but never publish them");
+  AddStoreOptions(push, &push_args->s3);
   push->add_option("--producer", push_args->producer, "I/M: this producer's index and the producer count")->capture_default_str();
   push->add_option("--coordinator", push_args->coordinator, "Coordinator endpoint (bound by producer 0, joined by the others)");
   push->add_option("--arity", push_args->arity, "Children per node of the relay tree")->capture_default_str();

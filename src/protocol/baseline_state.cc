@@ -34,7 +34,7 @@ bool ParseStagedName(const std::string& name, uint64_t* transfer) {
   return name.size() == 16 + 5 && name.ends_with(".json") && ParseHex64(std::string_view(name).substr(0, 16), transfer);
 }
 
-// DurableFileWriter's temporary files: ".<final name>.tmp.<pid>".
+// DurableFileWriter's temporary files: ".<final name>.tmp.<pid>.<n>".
 bool IsTempName(const std::string& name) { return name.starts_with(".") && name.find(".tmp.") != std::string::npos; }
 
 std::string Join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }

@@ -31,7 +31,7 @@ inline constexpr size_t kRecordTrailerBytes = 8;
 std::string RecordStem(uint32_t producer, uint32_t sequence);
 // Parses "<producer>-<sequence>.<ext>" (canonical decimal, no leading zeros); false otherwise.
 bool ParseRecordName(const std::string& name, uint32_t* producer, uint32_t* sequence, std::string* ext);
-// True for a temporary file left by DurableFileWriter: ".<name>.tmp.<pid>".
+// True for a temporary file left by DurableFileWriter: ".<name>.tmp.<pid>.<n>".
 bool IsDurableTempName(const std::string& name);
 
 // DIR/state.json: the committed state. `layout` is true for a replica held in a serving layout

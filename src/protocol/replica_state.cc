@@ -57,7 +57,8 @@ Status ReplicaState::Broken(Status s) {
   return s;
 }
 
-Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint, int threads, const std::string& layout_dir) {
+Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint, int threads, const std::string& layout_dir,
+                          const std::optional<ReplicaSeed>& seed) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     if (!fs::is_directory(dir, ec)) return InvalidArgument(dir + ": exists and is not a directory");
@@ -70,12 +71,19 @@ Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint,
     DCR_RETURN_IF_ERROR(SyncDirectory(parent.string()));
   }
   DCR_ASSIGN_OR_RETURN(Checkpoint src, Checkpoint::Open(checkpoint));
+  // The source is digested up front only where it must be: to check a seed before anything is
+  // written, and for a layout (its shards are checked against it).
+  std::optional<CheckpointDigest> d;
+  if (seed || !layout_dir.empty()) d = DigestCheckpoint(src, threads);
+  if (seed && (d->total != seed->digest || (seed->version.number == 0 && seed->version.id != d->total)))
+    return Corrupt(checkpoint + ": state digest " + d->total.ToHex() + " is not " + seed->digest.ToHex() + ", the digest of " +
+                   seed->version.ToString() + " it should hold; nothing was written");
+  const uint64_t last_transfer = seed ? seed->last_transfer : 0;
   if (!layout_dir.empty()) {
-    const CheckpointDigest d = DigestCheckpoint(src, threads);
-    DCR_RETURN_IF_ERROR(ReplicaLayout::Create(dir, layout_dir, src, d, threads));
+    DCR_RETURN_IF_ERROR(ReplicaLayout::Create(dir, layout_dir, src, *d, threads));
     DCR_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaLayout> layout, ReplicaLayout::Open(dir));
     ReplicaState r(dir, threads, std::nullopt, std::move(layout));
-    return r.WriteState(InitialVersion(d.total), d.tensors, 0);
+    return r.WriteState(seed ? seed->version : InitialVersion(d->total), d->tensors, last_transfer);
   }
   std::vector<TensorToWrite> list;
   for (const TensorRef& t : src.tensors()) list.push_back({t.name(), t.dtype(), t.info->shape, t.bytes, false});
@@ -83,8 +91,10 @@ Status ReplicaState::Init(const std::string& dir, const std::string& checkpoint,
   DCR_RETURN_IF_ERROR(WriteSafetensors(weights_path, list));
   DCR_ASSIGN_OR_RETURN(Checkpoint weights, Checkpoint::Open(weights_path));
   ReplicaState r(dir, threads, std::move(weights), nullptr);
-  CheckpointDigest d = DigestCheckpoint(*r.weights_, threads);
-  return r.WriteState(InitialVersion(d.total), d.tensors, 0);
+  // The written file's bits, not the source's, are what state.json vouches for.
+  CheckpointDigest written = DigestCheckpoint(*r.weights_, threads);
+  if (d && written.total != d->total) return IoError(weights_path + ": the written weights do not digest to the source's bits");
+  return r.WriteState(seed ? seed->version : InitialVersion(written.total), written.tensors, last_transfer);
 }
 
 Status ReplicaState::WriteState(const Version& v, const std::vector<Digest128>& digests, uint64_t last_transfer) {

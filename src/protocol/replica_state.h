@@ -81,6 +81,13 @@ struct PendingTransfer {
   size_t applied_payloads = 0;  // payloads with a done record
 };
 
+// A replica seeded at a version other than 0 (ReplicaState::Init).
+struct ReplicaSeed {
+  Version version;
+  Digest128 digest;            // the state digest of the bits of `version`
+  uint64_t last_transfer = 0;  // the transfer that produced `version`
+};
+
 struct ApplyOutcome {
   bool duplicate = false;  // already applied with identical bytes; nothing was written
   uint64_t changed = 0;    // elements changed by this payload (0 for a duplicate)
@@ -101,8 +108,12 @@ class ReplicaState {
   // pieces convert with rounding (kUnsupported naming the canonical tensor: the replica could not
   // vote on canonical digests). A later failure may leave partial files in `dir`, but no
   // state.json: remove `dir` and seed again.
+  //
+  // With `seed` (catch-up from a store anchor, runtime/store_follower.h): the checkpoint holds
+  // the bits of seed->version rather than version 0; its state digest must be seed->digest
+  // (else kCorrupt, nothing written) and state.json records seed->version and last_transfer.
   static Status Init(const std::string& dir, const std::string& checkpoint, int threads,
-                     const std::string& layout_dir = "");
+                     const std::string& layout_dir = "", const std::optional<ReplicaSeed>& seed = std::nullopt);
   // Opens `dir` read-write and recovers (see above). kNotFound naming `dir` without state.json.
   // Checks that state.json's digest is CombineDigests of its tensor digests (O(tensors)); it does
   // not rehash the weights (that is `dcr verify`). The mode comes from state.json.

@@ -21,22 +21,6 @@ void Say(const PushOptions& o, const std::string& line) {
   std::fflush(o.log);
 }
 
-// Applies the log's decision to a staged transfer; a transfer never decided is aborted (and
-// recorded so, before anyone acts on it).
-Status ResolveStaged(BaselineState& baseline, DecisionLog& log) {
-  for (uint64_t t : baseline.staged_transfers()) {
-    DCR_ASSIGN_OR_RETURN(auto rec, log.Find(t));
-    if (rec && rec->state == State::kCommit) {
-      DCR_RETURN_IF_ERROR(baseline.CommitStaged(t));
-    } else {
-      if (!rec || rec->state == State::kStarted)
-        DCR_RETURN_IF_ERROR(log.Record({t, State::kAbort, rec ? rec->base : baseline.version(), {}, "never decided"}));
-      DCR_RETURN_IF_ERROR(baseline.DropStaged(t));
-    }
-  }
-  return Status::Ok();
-}
-
 // The other producers, as seen through the coordinator's ROUTER socket.
 class Followers {
  public:

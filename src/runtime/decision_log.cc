@@ -25,24 +25,35 @@ std::string RecordPath(const std::string& dir, uint64_t transfer) { return dir +
 Result<TransferRecord> ReadRecord(const std::string& path) {
   DCR_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
   const auto bytes = f.bytes();
-  Json j = Json::parse(bytes.begin(), bytes.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Corrupt(path + ": not a transfer record");
+  return ParseTransferRecord(Json::parse(bytes.begin(), bytes.end(), nullptr, false), path);
+}
+
+}  // namespace
+
+Result<TransferRecord> ParseTransferRecord(const Json& j, const std::string& where) {
+  if (j.is_discarded() || !j.is_object()) return Corrupt(where + ": not a transfer record");
   TransferRecord r;
-  DCR_ASSIGN_OR_RETURN(r.transfer, ParseHex64(j, "transfer"));
+  auto field = [&](auto result) { return result.ok() ? result : decltype(result)(result.status().WithContext(where)); };
+  DCR_ASSIGN_OR_RETURN(r.transfer, field(ParseHex64(j, "transfer")));
   const std::string state = j.value("state", "");
   if (state == "started") r.state = TransferRecord::State::kStarted;
   else if (state == "commit") r.state = TransferRecord::State::kCommit;
   else if (state == "abort") r.state = TransferRecord::State::kAbort;
-  else return Corrupt(path + ": unknown state '" + state + "'");
-  DCR_ASSIGN_OR_RETURN(r.base, ParseVersion(j, "base"));
+  else return Corrupt(where + ": unknown state '" + state + "'");
+  DCR_ASSIGN_OR_RETURN(r.base, field(ParseVersion(j, "base")));
   if (r.state == TransferRecord::State::kCommit) {
-    DCR_ASSIGN_OR_RETURN(r.target, ParseVersion(j, "target"));
+    DCR_ASSIGN_OR_RETURN(r.target, field(ParseVersion(j, "target")));
   }
-  r.reason = j.value("reason", "");
+  r.reason = j.is_object() && j.contains("reason") && j["reason"].is_string() ? j["reason"].get<std::string>() : "";
   return r;
 }
 
-}  // namespace
+Json TransferRecordJson(const TransferRecord& r) {
+  Json j{{"transfer", Hex64(r.transfer)}, {"state", TransferStateName(r.state)}, {"base", VersionJson(r.base)}};
+  if (r.state == TransferRecord::State::kCommit) j["target"] = VersionJson(r.target);
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  return j;
+}
 
 Result<DecisionLog> DecisionLog::Open(const std::string& dir) {
   std::error_code ec;
@@ -78,11 +89,22 @@ Status DecisionLog::Record(const TransferRecord& r) {
   if (existing && existing->state != TransferRecord::State::kStarted && existing->state != r.state)
     return Internal("transfer " + Hex64(r.transfer) + " is already decided (" + TransferStateName(existing->state) +
                     "); it cannot become " + TransferStateName(r.state));
-  Json j{{"transfer", Hex64(r.transfer)}, {"state", TransferStateName(r.state)}, {"base", VersionJson(r.base)}};
-  if (r.state == TransferRecord::State::kCommit) j["target"] = VersionJson(r.target);
-  if (!r.reason.empty()) j["reason"] = r.reason;
-  const std::string text = j.dump() + "\n";
+  const std::string text = TransferRecordJson(r).dump() + "\n";
   return WriteFileAtomic(RecordPath(dir_, r.transfer), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+Status ResolveStaged(BaselineState& baseline, DecisionLog& log) {
+  for (uint64_t t : baseline.staged_transfers()) {
+    DCR_ASSIGN_OR_RETURN(auto rec, log.Find(t));
+    if (rec && rec->state == TransferRecord::State::kCommit) {
+      DCR_RETURN_IF_ERROR(baseline.CommitStaged(t));
+    } else {
+      if (!rec || rec->state == TransferRecord::State::kStarted)
+        DCR_RETURN_IF_ERROR(log.Record({t, TransferRecord::State::kAbort, rec ? rec->base : baseline.version(), {}, "never decided"}));
+      DCR_RETURN_IF_ERROR(baseline.DropStaged(t));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace dcr

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "base/status.h"
+#include "protocol/baseline_state.h"
 #include "protocol/version.h"
+#include "runtime/messages.h"
 
 namespace dcr {
 
@@ -40,5 +42,15 @@ class DecisionLog {
 };
 
 const char* TransferStateName(TransferRecord::State s);
+
+// The record's JSON form: {"transfer", "state", "base", "target" (commit only), "reason" (if
+// any)}; the same in the decision log and in a store's decision objects (docs/store.md).
+Json TransferRecordJson(const TransferRecord& r);
+// kCorrupt naming `where` unless `j` is such a record.
+Result<TransferRecord> ParseTransferRecord(const Json& j, const std::string& where);
+
+// Applies the log's decision to every transfer staged in `baseline` (CommitStaged or
+// DropStaged); a transfer never decided is first recorded as aborted, before anyone acts on it.
+Status ResolveStaged(BaselineState& baseline, DecisionLog& log);
 
 }  // namespace dcr

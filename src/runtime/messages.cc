@@ -23,8 +23,8 @@ Status ReplyStatus(const Json& reply, const std::string& peer) {
   if (reply.value("ok", false)) return Status::Ok();
   const std::string code = reply.value("code", std::string("internal"));
   const std::string msg = peer + ": " + reply.value("error", std::string("unspecified error"));
-  for (int c = 1; c <= static_cast<int>(StatusCode::kInternal); ++c)
-    if (code == StatusCodeName(static_cast<StatusCode>(c))) return Status(static_cast<StatusCode>(c), msg);
+  StatusCode c;
+  if (StatusCodeFromName(code, &c) && c != StatusCode::kOk) return Status(c, msg);
   return Internal(msg);
 }
 

@@ -21,6 +21,7 @@
 #include "protocol/baseline_state.h"
 #include "protocol/delta_diff.h"
 #include "runtime/messages.h"
+#include "runtime/payload_encoder.h"
 
 namespace dcr {
 
@@ -35,12 +36,6 @@ struct StreamOptions {
   // Fault injection for tests: damage the first send of these sequences; send everything twice.
   std::set<uint32_t> corrupt_first_send;
   bool duplicate_sends = false;
-};
-
-struct StreamedPayload {
-  uint32_t sequence = 0;
-  uint64_t changed = 0;
-  std::shared_ptr<const Frame> bytes;
 };
 
 struct StreamResult {

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Refit through a file:// object store (docs/store.md): a generated 10-step chain reaches 4
+# receivers bit-exactly (two seeded from the store's anchor, two from --init), a fifth started
+# from nothing after step 7 catches up and follows; then failures: a damaged payload and a
+# missing payload are voted down and nothing is committed (every replica stays bit-exact at the
+# base, the retry commits); a receiver SIGKILLed mid-apply is not waited for once its heartbeat
+# stops, restarts into the base and catches up; a push killed right after recording its commit
+# is settled by the next push; garbage collection keeps the chain of a stopped registered
+# receiver; another model is refused by push and serve.
+# Usage: cli_store.sh [CHAIN_DIR] [STORE_URL]  (defaults: a generated chain, a file:// store)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/refit_lib.sh"
+source "$(dirname "$0")/store_lib.sh"
+
+if [[ -n ${1:-} ]]; then
+  CHAIN=$1
+else
+  CHAIN=$WORK/chain
+  "$DCR_TESTDATA" chain --steps 17 --layers 2 --hidden 128 --vocab 512 "$CHAIN" >/dev/null
+fi
+STORE=${2:-file://$WORK/store}
+SDIR=${STORE#file://}  # the store's directory (file:// only: used to look at objects directly)
+
+if [[ -n ${1:-} ]]; then  # a given chain: the main scenario only
+  run_store_chain "$CHAIN"
+  note "OK"
+  exit 0
+fi
+run_store_chain "$CHAIN" 10
+ALL=(a b c d late)
+
+# head_field EXPR: a Python expression over head.json's object `j`.
+head_field() { "$PYTHON" -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$SDIR/head.json" "$1"; }
+
+expect_abort() {  # expect_abort CODE WHAT: the last push aborted with CODE; nothing moved
+  assert_eq "$PUSH_RC" "$1" "push exit code ($2)"
+  grep -q "aborted; the store and the baseline stay at v10" "$WORK/push.log" || fail "no abort message ($2)"
+  assert_eq "$(head_field 'j["version"]["number"], "open" in j')" "(10, False)" "store head after the abort ($2)"
+  sleep 0.5  # receivers roll back as soon as they vote no; give the last one time to publish
+  for n in "${ALL[@]}"; do assert_eq "$(replica_version "$n")" 10 "receiver $n version ($2)"; done
+  verify_replicas "$CHAIN/step_10.safetensors" "${ALL[@]}"
+}
+
+note "a damaged payload object is refetched, then voted down (corrupt): abort, nothing committed"
+store_push "$CHAIN/step_11.safetensors" --inject-corrupt 0
+expect_abort 5 "damaged payload"
+grep -q "voted no" "$WORK/push.log" || fail "the abort does not name the no vote"
+
+note "a payload the manifest lists but the store never gets is voted down (not found)"
+store_push "$CHAIN/step_11.safetensors" --inject-missing 0
+expect_abort 3 "missing payload"
+
+note "the retry commits"
+store_push "$CHAIN/step_11.safetensors"
+[[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "retry failed"; }
+wait_version 11 "${ALL[@]}"
+verify_replicas "$CHAIN/step_11.safetensors" "${ALL[@]}"
+
+note "a receiver SIGKILLed after its first undo record: not waited for once its heartbeat stops"
+stop_receiver c
+DCR_CRASH_AT=replica.undo_written:1 start_store_receiver c
+store_push "$CHAIN/step_12.safetensors"
+[[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push with a dead receiver failed"; }
+wait "${RECV_PID[c]}" 2>/dev/null && fail "receiver c did not crash" || true
+unset "RECV_PID[c]"
+[[ $(push_json '"c" in [r["endpoint"] for r in j["receivers"]]') == False ]] || fail "the dead receiver voted"
+note "... it restarts into the exact base (journal rolled back) and catches up through the chain"
+start_store_receiver c
+wait_version 12 "${ALL[@]}"
+verify_replicas "$CHAIN/step_12.safetensors" "${ALL[@]}"
+grep -q "caught up to v12" "$WORK/c.log" || fail "receiver c did not catch up to v12"
+
+note "a push SIGKILLed right after recording its commit: the next push publishes the decision"
+DCR_CRASH_AT=store.decided:1 store_push "$CHAIN/step_13.safetensors"
+assert_eq "$PUSH_RC" 137 "push exit status (SIGKILL at store.decided)"
+assert_eq "$(head_field '"open" in j')" True "the transfer is still open in the store"
+store_push "$CHAIN/step_14.safetensors"
+[[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push after the crash failed"; }
+grep -q "was left open: publishing its recorded decision (commit)" "$WORK/push.log" || fail "no settlement message"
+assert_eq "$(push_json 'j["version"]["number"]')" 14 "version after the settled commit and the next push"
+wait_version 14 "${ALL[@]}"
+verify_replicas "$CHAIN/step_14.safetensors" "${ALL[@]}"
+
+note "garbage collection keeps the chain a stopped registered receiver needs, and only that"
+stop_receiver d
+for k in 15 16 17; do
+  store_push "$CHAIN/step_$k.safetensors" --anchor-every 1 --keep-anchors 1
+  [[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push of step $k failed"; }
+done
+RUNNING=(a b c late)
+wait_version 17 "${RUNNING[@]}"
+assert_eq "$(ls "$SDIR/anchors")" 00000000000000000017 "anchors kept"
+assert_eq "$(ls "$SDIR/chain" | tr '\n' ' ')" \
+  "00000000000000000015.json 00000000000000000016.json 00000000000000000017.json " "chain links kept (d is at v14)"
+assert_eq "$(ls "$SDIR/transfers" | wc -l)" 3 "transfers kept (those of the kept links; aborted ones collected)"
+start_store_receiver d
+wait_version 17 "${ALL[@]}"
+verify_replicas "$CHAIN/step_17.safetensors" "${ALL[@]}"
+
+note "another model is refused by push (nothing published) and by serve"
+"$DCR_TESTDATA" chain --steps 1 --layers 1 --hidden 64 --vocab 256 "$WORK/other" >/dev/null
+# Registrations are heartbeats (rewritten every second); every other object must be untouched.
+objects_sha() { (cd "$SDIR" && find . -type f ! -path './receivers/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum); }
+before=$(objects_sha)
+store_push "$WORK/other/step_1.safetensors"
+assert_eq "$PUSH_RC" 6 "push exit code for another model"
+run_expect 6 "$DCR" serve --store "$STORE" --state "$WORK/other-replica" --init "$WORK/other/step_0.safetensors"
+grep -q "holds another model" "$WORK/err" || fail "serve does not say the store holds another model"
+assert_eq "$(objects_sha)" "$before" "store objects after the refused push and serve"
+for n in "${ALL[@]}"; do stop_receiver "$n"; done
+verify_replicas "$CHAIN/step_17.safetensors" "${ALL[@]}"
+
+note "usage errors"
+run_expect 2 "$DCR" serve --state "$WORK/x"
+grep -q "exactly one of --listen" "$WORK/err" || fail "serve without --listen/--store: $(cat "$WORK/err")"
+run_expect 8 "$DCR" push --store "$STORE" --baseline "$WORK/baseline" --new "$CHAIN/step_17.safetensors" --producer 0/2
+note "OK"
