@@ -22,18 +22,8 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-if [[ $# -gt 0 ]]; then
-  CHAIN=("$@")
-else
-  T=$ROOT/../shared/data/trajectories
-  CHAIN=()
-  for r in 1e-06 3e-06 1e-05; do for s in 0 1 2 3; do CHAIN+=("$T/lr${r}_s$s.safetensors"); done; done
-fi
-W=$(mktemp -d /tmp/dcr-refit-bench-XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-py() { /usr/bin/python3 "$@"; }
+source "$ROOT/bench/e2e_lib.sh"
+e2e_setup refit-bench "$@"
 port() { py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 EPS=""

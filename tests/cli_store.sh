@@ -4,9 +4,11 @@
 # from nothing after step 7 catches up and follows; then failures: a damaged payload and a
 # missing payload are voted down and nothing is committed (every replica stays bit-exact at the
 # base, the retry commits); a receiver SIGKILLed mid-apply is not waited for once its heartbeat
-# stops, restarts into the base and catches up; a push killed right after recording its commit
+# stops, restarts into the base and catches up; one SIGKILLed right after its durable vote
+# restarts voted and commits on the decision; a push killed right after recording its commit
 # is settled by the next push; garbage collection keeps the chain of a stopped registered
-# receiver; another model is refused by push and serve.
+# receiver; `serve --once` catches a new replica up and exits; another model is refused by push
+# and serve.
 # Usage: cli_store.sh [CHAIN_DIR] [STORE_URL]  (defaults: a generated chain, a file:// store)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -17,7 +19,7 @@ if [[ -n ${1:-} ]]; then
   CHAIN=$1
 else
   CHAIN=$WORK/chain
-  "$DCR_TESTDATA" chain --steps 17 --layers 2 --hidden 128 --vocab 512 "$CHAIN" >/dev/null
+  "$DCR_TESTDATA" chain --steps 18 --layers 2 --hidden 128 --vocab 512 "$CHAIN" >/dev/null
 fi
 STORE=${2:-file://$WORK/store}
 SDIR=${STORE#file://}  # the store's directory (file:// only: used to look at objects directly)
@@ -57,46 +59,62 @@ store_push "$CHAIN/step_11.safetensors"
 wait_version 11 "${ALL[@]}"
 verify_replicas "$CHAIN/step_11.safetensors" "${ALL[@]}"
 
-note "a receiver SIGKILLed after its first undo record: not waited for once its heartbeat stops"
-stop_receiver c
-DCR_CRASH_AT=replica.undo_written:1 start_store_receiver c
-store_push "$CHAIN/step_12.safetensors"
-[[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push with a dead receiver failed"; }
-wait "${RECV_PID[c]}" 2>/dev/null && fail "receiver c did not crash" || true
-unset "RECV_PID[c]"
-[[ $(push_json '"c" in [r["endpoint"] for r in j["receivers"]]') == False ]] || fail "the dead receiver voted"
-note "... it restarts into the exact base (journal rolled back) and catches up through the chain"
-start_store_receiver c
-wait_version 12 "${ALL[@]}"
-verify_replicas "$CHAIN/step_12.safetensors" "${ALL[@]}"
+# crash_during_push NAME CRASH_POINT STEP: restarts receiver NAME so that it SIGKILLs itself at
+# CRASH_POINT, pushes STEP (which must commit without NAME once its heartbeat stops), checks
+# that NAME died and did not vote, restarts it and waits until every receiver holds STEP.
+crash_during_push() {
+  local name=$1 point=$2 step=$3
+  stop_receiver "$name"
+  DCR_CRASH_AT=$point:1 start_store_receiver "$name"
+  store_push "$CHAIN/step_$step.safetensors"
+  [[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push with receiver $name dead at $point failed"; }
+  wait "${RECV_PID[$name]}" 2>/dev/null && fail "receiver $name did not crash at $point" || true
+  unset "RECV_PID[$name]"
+  [[ $(push_json "'$name' in [r['endpoint'] for r in j['receivers']]") == False ]] || fail "the dead receiver $name voted"
+  start_store_receiver "$name"
+  wait_version "$step" "${ALL[@]}"
+  verify_replicas "$CHAIN/step_$step.safetensors" "${ALL[@]}"
+}
+
+note "a receiver SIGKILLed after its first undo record: not waited for once its heartbeat stops;"
+note "it restarts into the exact base (journal rolled back) and catches up through the chain"
+crash_during_push c replica.undo_written 12
 grep -q "caught up to v12" "$WORK/c.log" || fail "receiver c did not catch up to v12"
 
+note "a receiver SIGKILLed right after its durable vote, before publishing it: restarts voted, commits on the decision"
+crash_during_push c replica.voted 13
+grep -q "committed v13" "$WORK/c.log" || fail "receiver c did not commit its voted transfer on the decision"
+
 note "a push SIGKILLed right after recording its commit: the next push publishes the decision"
-DCR_CRASH_AT=store.decided:1 store_push "$CHAIN/step_13.safetensors"
+DCR_CRASH_AT=store.decided:1 store_push "$CHAIN/step_14.safetensors"
 assert_eq "$PUSH_RC" 137 "push exit status (SIGKILL at store.decided)"
 assert_eq "$(head_field '"open" in j')" True "the transfer is still open in the store"
-store_push "$CHAIN/step_14.safetensors"
+store_push "$CHAIN/step_15.safetensors"
 [[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push after the crash failed"; }
 grep -q "was left open: publishing its recorded decision (commit)" "$WORK/push.log" || fail "no settlement message"
-assert_eq "$(push_json 'j["version"]["number"]')" 14 "version after the settled commit and the next push"
-wait_version 14 "${ALL[@]}"
-verify_replicas "$CHAIN/step_14.safetensors" "${ALL[@]}"
+assert_eq "$(push_json 'j["version"]["number"]')" 15 "version after the settled commit and the next push"
+wait_version 15 "${ALL[@]}"
+verify_replicas "$CHAIN/step_15.safetensors" "${ALL[@]}"
 
 note "garbage collection keeps the chain a stopped registered receiver needs, and only that"
 stop_receiver d
-for k in 15 16 17; do
+for k in 16 17 18; do
   store_push "$CHAIN/step_$k.safetensors" --anchor-every 1 --keep-anchors 1
   [[ $PUSH_RC == 0 ]] || { cat "$WORK/push.log" >&2; fail "push of step $k failed"; }
 done
 RUNNING=(a b c late)
-wait_version 17 "${RUNNING[@]}"
-assert_eq "$(ls "$SDIR/anchors")" 00000000000000000017 "anchors kept"
+wait_version 18 "${RUNNING[@]}"
+assert_eq "$(ls "$SDIR/anchors")" 00000000000000000018 "anchors kept"
 assert_eq "$(ls "$SDIR/chain" | tr '\n' ' ')" \
-  "00000000000000000015.json 00000000000000000016.json 00000000000000000017.json " "chain links kept (d is at v14)"
+  "00000000000000000016.json 00000000000000000017.json 00000000000000000018.json " "chain links kept (d is at v15)"
 assert_eq "$(ls "$SDIR/transfers" | wc -l)" 3 "transfers kept (those of the kept links; aborted ones collected)"
 start_store_receiver d
-wait_version 17 "${ALL[@]}"
-verify_replicas "$CHAIN/step_17.safetensors" "${ALL[@]}"
+wait_version 18 "${ALL[@]}"
+verify_replicas "$CHAIN/step_18.safetensors" "${ALL[@]}"
+
+note "serve --once: a new replica seeds from the anchor, catches up and exits"
+run_expect 0 "$DCR" serve --store "$STORE" --state "$WORK/once" --once --poll-ms 50
+verify_replicas "$CHAIN/step_18.safetensors" once
 
 note "another model is refused by push (nothing published) and by serve"
 "$DCR_TESTDATA" chain --steps 1 --layers 1 --hidden 64 --vocab 256 "$WORK/other" >/dev/null
@@ -109,10 +127,10 @@ run_expect 6 "$DCR" serve --store "$STORE" --state "$WORK/other-replica" --init 
 grep -q "holds another model" "$WORK/err" || fail "serve does not say the store holds another model"
 assert_eq "$(objects_sha)" "$before" "store objects after the refused push and serve"
 for n in "${ALL[@]}"; do stop_receiver "$n"; done
-verify_replicas "$CHAIN/step_17.safetensors" "${ALL[@]}"
+verify_replicas "$CHAIN/step_18.safetensors" "${ALL[@]}"
 
 note "usage errors"
 run_expect 2 "$DCR" serve --state "$WORK/x"
 grep -q "exactly one of --listen" "$WORK/err" || fail "serve without --listen/--store: $(cat "$WORK/err")"
-run_expect 8 "$DCR" push --store "$STORE" --baseline "$WORK/baseline" --new "$CHAIN/step_17.safetensors" --producer 0/2
+run_expect 8 "$DCR" push --store "$STORE" --baseline "$WORK/baseline" --new "$CHAIN/step_18.safetensors" --producer 0/2
 note "OK"

@@ -11,7 +11,7 @@ _refit_cleanup() {
   for pid in "${RECV_PID[@]}" "${BG_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap '_rc=$?; _refit_cleanup; (exit $_rc); _keep_on_failure' EXIT
+trap '_rc=$?; set +e; _refit_cleanup; (exit $_rc); _keep_on_failure' EXIT
 
 free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 

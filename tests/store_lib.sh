@@ -48,13 +48,15 @@ wait_version() {
 }
 
 # store_push NEW [ARGS...]: one `dcr push --store` from baseline $WORK/baseline (seeded from
-# $INIT when empty). JSON in $WORK/push.json, exit code in PUSH_RC, log in $WORK/push.log.
+# $INIT when empty). JSON in $WORK/push.json (and appended to $WORK/pushes.jsonl), exit code in
+# PUSH_RC, log in $WORK/push.log.
 store_push() {
   local new=$1
   shift
   PUSH_RC=0
   "$DCR" push --store "$STORE" "${STORE_ARGS[@]}" --baseline "$WORK/baseline" --init "$INIT" --new "$new" --json \
     --live-seconds 5 --vote-timeout 30 "$@" >"$WORK/push.json" 2>>"$WORK/push.log" || PUSH_RC=$?
+  cat "$WORK/push.json" >>"$WORK/pushes.jsonl"
 }
 
 # push_json EXPR: a Python expression over the push's JSON object `j`.

@@ -347,6 +347,8 @@ Json PushReport::ToJson() const {
     j["receivers"].push_back({{"endpoint", r.endpoint}, {"vote", r.vote}, {"applied", r.applied}, {"digest", r.digest},
                               {"forwarded_bytes", r.forwarded_bytes}});
   j["warnings"] = warnings;
+  if (via_store)
+    j["store"] = {{"requests", store_requests}, {"retries", store_retries}, {"bytes_put", store_bytes_put}, {"bytes_got", store_bytes_got}};
   return j;
 }
 

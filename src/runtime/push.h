@@ -45,6 +45,9 @@ struct PushReport {
   double encode_seconds = 0, stream_seconds = 0, stage_seconds = 0, flush_seconds = 0, commit_seconds = 0, total_seconds = 0;
   std::vector<ReceiverFlush> receivers;  // coordinator only
   std::vector<std::string> warnings;     // e.g. a receiver that has not acknowledged the commit yet
+  // Through an object store only: its requests, retries and bytes moved during the push.
+  bool via_store = false;
+  uint64_t store_requests = 0, store_retries = 0, store_bytes_put = 0, store_bytes_got = 0;
   Json ToJson() const;
 };
 

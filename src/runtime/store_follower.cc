@@ -2,7 +2,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -12,6 +11,7 @@
 #include "base/timing.h"
 #include "protocol/baseline_state.h"
 #include "protocol/replica_state.h"
+#include "runtime/store_heartbeat.h"
 #include "runtime/store_lineage.h"
 #include "runtime/store_records.h"
 #include "runtime/store_refit.h"
@@ -39,59 +39,6 @@ std::string DefaultName(const std::string& state_dir) {
   const std::string abs = fs::absolute(state_dir).lexically_normal().string();
   return host.substr(0, 40) + "-" + Hex64(XXH3_64bits(abs.data(), abs.size()));
 }
-
-// Keeps receivers/<name>.json current: rewritten on every change and every heartbeat interval,
-// by one thread only (so writes of the record never race).
-class Heartbeat {
- public:
-  Heartbeat(ObjectStore& store, Registration reg, int interval_ms, FILE* log)
-      : store_(store), reg_(std::move(reg)), interval_ms_(interval_ms), log_(log) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~Heartbeat() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Update(const Version& v, uint64_t pending) {
-    {
-      std::lock_guard lock(mu_);
-      reg_.version = v;
-      reg_.pending = pending;
-      dirty_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Run() {
-    std::unique_lock lock(mu_);
-    while (!stop_) {
-      Registration r = reg_;
-      dirty_ = false;
-      lock.unlock();
-      r.heartbeat_ms = UnixMillis();
-      if (Status s = PutJson(store_, RegistrationKey(r.receiver), ToJson(r)); !s.ok()) {
-        std::fprintf(log_, "dcr serve [store]: heartbeat not written (retrying): %s\n", s.ToString().c_str());
-        std::fflush(log_);
-      }
-      lock.lock();
-      cv_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [&] { return stop_ || dirty_; });
-    }
-  }
-
-  ObjectStore& store_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Registration reg_;
-  int interval_ms_;
-  FILE* log_;
-  bool stop_ = false, dirty_ = false;
-  std::thread thread_;
-};
 
 class Follower {
  public:
@@ -148,14 +95,18 @@ class Follower {
     DCR_ASSIGN_OR_RETURN(auto d, GetRecord<TransferRecord>(store_, DecisionKey(p.transfer_id), ParseTransferRecord));
     if (!d) {
       DCR_ASSIGN_OR_RETURN(auto head, GetRecord<HeadRecord>(store_, HeadKey(), ParseHead));
-      if (!head || head->open == p.transfer_id || head->version == p.base) {
-        if (head && head->open != p.transfer_id && head->version == p.base) return Settle({p.transfer_id, TransferRecord::State::kAbort, p.base, {}, "not committed"});
-        return Progress::kWaiting;
+      if (!head || head->open == p.transfer_id) return Progress::kWaiting;  // still being decided
+      if (head->version == p.base) {
+        d = TransferRecord{p.transfer_id, TransferRecord::State::kAbort, p.base, {}, "the store's head is still at the base"};
+      } else {
+        DCR_ASSIGN_OR_RETURN(auto link, GetRecord<ChainLink>(store_, ChainKey(p.base.number + 1), ParseChainLink));
+        if (!link)
+          return NotFound(store_.url() + ": neither a decision for transfer " + Hex64(p.transfer_id) + " nor the chain link after " +
+                          p.base.ToString());
+        d = link->transfer == p.transfer_id
+                ? TransferRecord{p.transfer_id, TransferRecord::State::kCommit, p.base, link->target, ""}
+                : TransferRecord{p.transfer_id, TransferRecord::State::kAbort, p.base, {}, "another transfer was committed"};
       }
-      DCR_ASSIGN_OR_RETURN(auto link, GetRecord<ChainLink>(store_, ChainKey(p.base.number + 1), ParseChainLink));
-      if (!link) return NotFound(store_.url() + ": neither a decision for transfer " + Hex64(p.transfer_id) + " nor the chain link after " + p.base.ToString());
-      d = link->transfer == p.transfer_id ? TransferRecord{p.transfer_id, TransferRecord::State::kCommit, p.base, link->target, ""}
-                                          : TransferRecord{p.transfer_id, TransferRecord::State::kAbort, p.base, {}, "another transfer was committed"};
     }
     return Settle(*d);
   }

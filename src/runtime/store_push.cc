@@ -23,6 +23,10 @@ namespace {
 
 using State = TransferRecord::State;
 
+// Votes and registrations are listed this often while the push waits (each poll is 2 LISTs and
+// one GET per registration).
+constexpr int kVotePollMs = 50;
+
 void Say(const StorePushOptions& o, const std::string& line) {
   std::fprintf(o.log, "dcr push [store]: %s\n", line.c_str());
   std::fflush(o.log);
@@ -74,11 +78,11 @@ Result<HeadRecord> PrepareStore(ObjectStore& store, const BaselineState& baselin
     TransferRecord decision;
     if (published) {
       decision = *published;
-    } else if (logged && logged->state == State::kCommit) {
+    } else if (logged && logged->state != State::kStarted) {
       decision = *logged;
     } else {
       decision = {t, State::kAbort, head->version, {}, "never decided (the push that started it ended early)"};
-      if (!logged || logged->state == State::kStarted) DCR_RETURN_IF_ERROR(log.Record(decision));
+      DCR_RETURN_IF_ERROR(log.Record(decision));
     }
     Say(o, "transfer " + Hex64(t) + " was left open: publishing its recorded decision (" + TransferStateName(decision.state) + ")");
     DCR_RETURN_IF_ERROR(PublishDecision(store, decision, &*head));
@@ -176,7 +180,7 @@ Status AwaitVotes(ObjectStore& store, uint64_t transfer, const Version& base, ui
       for (const std::string& w : waiting) names += (names.empty() ? "" : ", ") + w;
       return IoError("live receivers did not vote within " + std::to_string(o.vote_timeout_ms / 1000) + " s: " + names);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kVotePollMs));
   }
   for (const auto& [key, v] : votes) {
     ReceiverFlush rf;
@@ -305,6 +309,10 @@ Result<PushReport> RunStorePush(const StorePushOptions& o) {
     report.warnings.push_back("garbage collection failed: " + gc.status().ToString());
   report.commit_seconds = SecondsSince(t_commit);
   report.total_seconds = SecondsSince(t_total);
+  const StoreCounters c = store->counters();
+  report.via_store = true;
+  report.store_requests = c.requests, report.store_retries = c.retries;
+  report.store_bytes_put = c.bytes_put, report.store_bytes_got = c.bytes_got;
   return report;
 }
 

@@ -1,6 +1,7 @@
 #include "store/object_store.h"
 
 #include "store/file_store.h"
+#include "store/s3_store.h"
 
 namespace dcr {
 
@@ -26,6 +27,7 @@ Status CheckObjectKey(const std::string& key) {
 Result<std::unique_ptr<ObjectStore>> OpenObjectStore(const std::string& url, const StoreOptions& options) {
   const std::string file = "file://";
   if (url.compare(0, file.size(), file) == 0) return OpenFileStore(url, url.substr(file.size()));
+  if (url.starts_with("s3://")) return OpenS3Store(url, options);
   return InvalidArgument("store URL \"" + url + "\": expected file://DIR or s3://BUCKET[/PREFIX]");
 }
 
