@@ -32,6 +32,22 @@ fi
 run_store_chain "$CHAIN" 10
 ALL=(a b c d late)
 
+note "dcr status --store: head, anchors, chain extent and every registered receiver"
+run_expect 0 "$DCR" status --store "$STORE"
+"$PYTHON" - "$WORK/out" <<'PY' || fail "store status: $(cat "$WORK/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["head"]["version"]["number"] == 10, j["head"]
+assert "open" not in j, j
+assert j["anchors"] == [6, 9], j["anchors"]  # --anchor-every 3, 2 kept
+assert j["chain"]["last"] == 10, j["chain"]
+regs = {r["name"]: r for r in j["receivers"]}
+assert sorted(regs) == ["a", "b", "c", "d", "late"], sorted(regs)
+assert all(r["version"]["number"] == 10 and "pending" not in r and r["heartbeat_age_s"] < 30 for r in regs.values()), regs
+PY
+run_expect 2 "$DCR" status
+run_expect 3 "$DCR" status --store "file://$WORK/no-store"
+
 # head_field EXPR: a Python expression over head.json's object `j`.
 head_field() { "$PYTHON" -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$SDIR/head.json" "$1"; }
 

@@ -15,6 +15,7 @@
 #include "runtime/push.h"
 #include "runtime/receiver.h"
 #include "runtime/store_refit.h"
+#include "runtime/store_status.h"
 #include "transport/zmq_socket.h"
 
 namespace dcr::cli {
@@ -202,6 +203,15 @@ int RunPush(const PushArgs& a) {
   return kExitOk;
 }
 
+int RunStoreStatus(const std::string& url, const StoreArgs& s3) {
+  auto store = OpenObjectStore(url, s3.ToOptions());
+  if (!store.ok()) return ReportError("status", store.status());
+  auto j = DescribeStore(**store);
+  if (!j.ok()) return ReportError("status", j.status());
+  std::printf("%s\n", j->dump().c_str());
+  return kExitOk;
+}
+
 int RunStatus(const std::vector<std::string>& endpoints, double timeout) {
   auto peers = PeerSet::Connect(endpoints);
   if (!peers.ok()) return ReportError("status", peers.status());
@@ -302,10 +312,25 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
 
   auto endpoints = std::make_shared<std::vector<std::string>>();
   auto timeout = std::make_shared<double>(5);
-  CLI::App* status = app.add_subcommand("status", "Print each receiver's version, digest, pending transfer and last refit as JSON.");
-  status->add_option("endpoints", *endpoints, "Receiver endpoints")->required();
+  auto status_store = std::make_shared<std::string>();
+  auto status_s3 = std::make_shared<StoreArgs>();
+  CLI::App* status = app.add_subcommand(
+      "status", "Print each receiver's version, digest, pending transfer and last refit as JSON, or a store's state.");
+  status->footer(
+      "With --store URL instead of endpoints: one JSON object with the store's head, the open transfer's\n"
+      "progress (payloads published, manifest, votes), anchors, the chain's extent and every registered\n"
+      "receiver with its version, pending transfer and heartbeat age (docs/store.md).");
+  status->add_option("endpoints", *endpoints, "Receiver endpoints");
   status->add_option("--timeout", *timeout, "Seconds to wait for each answer")->capture_default_str();
-  status->callback([endpoints, timeout, exit_code] { *exit_code = RunStatus(*endpoints, *timeout); });
+  status->add_option("--store", *status_store, "A refit store (file://DIR or s3://BUCKET[/PREFIX]) instead of receivers");
+  AddStoreOptions(status, status_s3.get());
+  status->callback([endpoints, timeout, status_store, status_s3, exit_code] {
+    if (endpoints->empty() == status_store->empty()) {
+      *exit_code = ReportError("status", InvalidArgument("give receiver endpoints or --store URL (one of them)"));
+      return;
+    }
+    *exit_code = status_store->empty() ? RunStatus(*endpoints, *timeout) : RunStoreStatus(*status_store, *status_s3);
+  });
 }
 
 }  // namespace dcr::cli
