@@ -41,11 +41,11 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   stats.base_check_seconds = SecondsSince(t0);
   if (have.total != h.base_digest) {
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (DigestTag(have.tensors[i]) != h.tensors[i].base_tag)
+      if (DigestTag(have.tensors[i], h.base_tag_bits()) != h.tensors[i].base_tag)
         return WrongBase(target.path() + ": tensor '" + tensors[i].name() +
                          "' does not hold the delta's base bits; nothing was written");
-    return WrongBase(target.path() + ": checkpoint digest " + have.total.ToHex() + " is not the delta's base " +
-                     h.base_digest.ToHex() + "; nothing was written");
+    return WrongBase(target.path() + " does not hold the delta's base bits (checkpoint digest " + have.total.ToHex() +
+                     ", the delta's base " + h.base_digest.ToHex() + "); nothing was written");
   }
 
   const BaseLookup lookup = TargetLookup(target);
@@ -77,7 +77,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
     for (const auto& [t, d] : per_payload) expect[t] += d;
   if (CombineDigests(target.catalog(), expect) != h.target_digest) {
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (DigestTag(expect[i]) != h.tensors[i].target_tag)
+      if (h.has_target_tags() && DigestTag(expect[i]) != h.tensors[i].target_tag)
         return Corrupt(delta.path() + ": changes for tensor '" + tensors[i].name() +
                        "' do not produce the recorded target digest; nothing was written");
     return Corrupt(delta.path() + ": changes do not produce the recorded target digest; nothing was written");

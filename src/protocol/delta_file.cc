@@ -24,22 +24,27 @@ std::string Hex64(uint64_t v) {
 
 Json HeaderToJson(const DeltaHeader& h) {
   Json tensors = Json::array();
-  for (const auto& t : h.tensors)
-    tensors.push_back({{"name", t.entry.name},
-                       {"dtype", std::string(DTypeName(t.entry.dtype))},
-                       {"shape", t.entry.shape},
-                       {"base_tag", t.base_tag},
-                       {"target_tag", t.target_tag}});
+  std::string base_tags;  // format 2: two hex digits per tensor
+  for (const auto& t : h.tensors) {
+    Json e{{"name", t.entry.name}, {"dtype", std::string(DTypeName(t.entry.dtype))}, {"shape", t.entry.shape}};
+    if (h.format_version == 1) e["base_tag"] = t.base_tag, e["target_tag"] = t.target_tag;
+    tensors.push_back(std::move(e));
+    char hex[3];
+    std::snprintf(hex, sizeof hex, "%02x", t.base_tag & 0xff);
+    base_tags += hex;
+  }
   Json payloads = Json::array();
   for (const auto& p : h.payloads)
     payloads.push_back(Json::array({p.offset, p.length, p.sequence, p.changed}));
-  return {{"format", "dcr-delta"},
-          {"version", h.format_version},
-          {"transfer_id", Hex64(h.transfer_id)},
-          {"base_digest", h.base_digest.ToHex()},
-          {"target_digest", h.target_digest.ToHex()},
-          {"tensors", tensors},
-          {"payloads", payloads}};
+  Json j{{"format", "dcr-delta"},
+         {"version", h.format_version},
+         {"transfer_id", Hex64(h.transfer_id)},
+         {"base_digest", h.base_digest.ToHex()},
+         {"target_digest", h.target_digest.ToHex()},
+         {"tensors", tensors},
+         {"payloads", payloads}};
+  if (h.format_version >= 2) j["base_tags"] = base_tags;
+  return j;
 }
 
 // Typed field access that reports the JSON path on failure instead of throwing.
@@ -81,9 +86,10 @@ Status ParseHeader(const Json& j, DeltaHeader* h) {
   const Json* v;
   DCR_RETURN_IF_ERROR(f.Get("version", &v));
   if (!v->is_number_unsigned()) return Corrupt("delta footer: version is not a number");
-  if (v->get<uint64_t>() != kDeltaFormatVersion)
+  if (v->get<uint64_t>() < kMinDeltaFormatVersion || v->get<uint64_t>() > kDeltaFormatVersion)
     return Unsupported("delta format version " + std::to_string(v->get<uint64_t>()) + " (this build reads " +
-                       std::to_string(kDeltaFormatVersion) + ")");
+                       std::to_string(kMinDeltaFormatVersion) + " to " + std::to_string(kDeltaFormatVersion) + ")");
+  h->format_version = static_cast<uint32_t>(v->get<uint64_t>());
   DCR_RETURN_IF_ERROR(f.Str("transfer_id", &transfer));
   if (transfer.size() != 16 || transfer.find_first_not_of("0123456789abcdef") != std::string::npos)
     return Corrupt("delta footer: transfer_id is not 16 hex digits");
@@ -111,11 +117,23 @@ Status ParseHeader(const Json& j, DeltaHeader* h) {
       t.entry.shape.push_back(d.get<uint64_t>());
     }
     if (!ShapeElements(t.entry.shape)) return Corrupt(tf.where + ": shape overflows");
-    DCR_RETURN_IF_ERROR(tf.Tag("base_tag", &t.base_tag));
-    DCR_RETURN_IF_ERROR(tf.Tag("target_tag", &t.target_tag));
+    if (h->format_version == 1) {
+      DCR_RETURN_IF_ERROR(tf.Tag("base_tag", &t.base_tag));
+      DCR_RETURN_IF_ERROR(tf.Tag("target_tag", &t.target_tag));
+    } else if ((*tensors)[i].contains("base_tag") || (*tensors)[i].contains("target_tag")) {
+      return Corrupt(tf.where + ": per-tensor tags in a format " + std::to_string(h->format_version) + " footer");
+    }
     if (!h->tensors.empty() && !(h->tensors.back().entry.name < t.entry.name))
       return Corrupt(tf.where + ": tensors are not sorted by name");
     h->tensors.push_back(std::move(t));
+  }
+
+  if (h->format_version >= 2) {
+    std::string tags;
+    DCR_RETURN_IF_ERROR(f.Str("base_tags", &tags));
+    if (tags.size() != 2 * h->tensors.size() || tags.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return Corrupt("delta footer: base_tags is not 2 lowercase hex digits per tensor");
+    for (size_t i = 0; i < h->tensors.size(); ++i) h->tensors[i].base_tag = static_cast<uint32_t>(std::stoul(tags.substr(2 * i, 2), nullptr, 16));
   }
 
   const Json* payloads;

@@ -20,22 +20,29 @@ namespace dcr {
 
 inline constexpr char kDeltaMagic[8] = {'D', 'C', 'R', 'D', 'E', 'L', 'T', 'A'};
 inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '1'};
-inline constexpr uint32_t kDeltaFormatVersion = 1;
+// Format 2 (written) keeps only 8-bit base tags, as one hex string, of format 1's two 16-bit tags
+// per tensor (still read): ~6 of the ~8 compressed footer bytes per tensor, which sparse deltas
+// of small models cannot afford.
+inline constexpr uint32_t kDeltaFormatVersion = 2;
+inline constexpr uint32_t kMinDeltaFormatVersion = 1;
 // u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
 inline constexpr size_t kDeltaTailBytes = 32;
 inline constexpr uint64_t kMaxDeltaFooterBytes = 1ull << 30;
 
-// Per-tensor digests are recorded only as 16-bit tags (DigestTag): the 128-bit checkpoint
-// digests verify, the tags only name the tensor that failed (a wrong tensor escapes naming with
-// probability 2^-16, never verification). Full per-tensor digests would cost 32 incompressible
-// bytes per tensor on every delta.
+// Per-tensor digests are recorded only as tags, the low bits of each tensor's digest: the 128-bit
+// checkpoint digests verify, the tags only name the tensor that failed (a wrong tensor escapes
+// naming with probability 2^-bits, never verification). Format 1: 16-bit base and target tags.
+// Format 2: 8-bit base tags only (a target that fails is named by the delta, not the tensor).
+// Full per-tensor digests would cost 32 incompressible bytes per tensor on every delta.
 struct DeltaTensor {
   CatalogEntry entry;
-  uint32_t base_tag = 0, target_tag = 0;
+  uint32_t base_tag = 0, target_tag = 0;  // target_tag: format 1 only
 };
 
-// The low 16 bits of a tensor digest.
-inline uint32_t DigestTag(const Digest128& d) { return static_cast<uint32_t>(d.lo & 0xffff); }
+// The low `bits` bits of a tensor digest.
+inline uint32_t DigestTag(const Digest128& d, uint32_t bits = 16) {
+  return static_cast<uint32_t>(d.lo & ((uint64_t{1} << bits) - 1));
+}
 
 struct PayloadEntry {
   uint64_t offset = 0, length = 0;  // byte range in the file
@@ -45,6 +52,8 @@ struct PayloadEntry {
 
 struct DeltaHeader {
   uint32_t format_version = kDeltaFormatVersion;
+  uint32_t base_tag_bits() const { return format_version == 1 ? 16 : 8; }
+  bool has_target_tags() const { return format_version == 1; }
   uint64_t transfer_id = 0;
   std::vector<DeltaTensor> tensors;  // sorted by name: the catalog
   Digest128 base_digest, target_digest;

@@ -335,13 +335,23 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
       {"digest not hex", [](Json& f) { f["base_digest"] = std::string(32, 'x'); }, StatusCode::kCorrupt},
       {"dtype", [](Json& f) { f["tensors"][0]["dtype"] = "F16"; }, StatusCode::kMismatch},
       {"shape", [](Json& f) { f["tensors"][0]["shape"] = {40, 64}; }, StatusCode::kMismatch},
-      {"tensor dropped", [](Json& f) { f["tensors"].erase(6); }, StatusCode::kMismatch},
+      {"tensor dropped",  // with its tag, so the footer stays well-formed
+       [](Json& f) {
+         f["tensors"].erase(6);
+         f["base_tags"] = f["base_tags"].get<std::string>().erase(12, 2);
+       },
+       StatusCode::kMismatch},
       {"tensors unsorted", [](Json& f) { std::swap(f["tensors"][0], f["tensors"][1]); }, StatusCode::kCorrupt},
       {"unknown dtype", [](Json& f) { f["tensors"][0]["dtype"] = "F4"; }, StatusCode::kCorrupt},
       {"negative dimension", [](Json& f) { f["tensors"][0]["shape"][0] = -1; }, StatusCode::kCorrupt},
-      {"tag beyond u16", [](Json& f) { f["tensors"][0]["base_tag"] = 1ull << 16; }, StatusCode::kCorrupt},
+      {"per-tensor tag in format 2", [](Json& f) { f["tensors"][0]["base_tag"] = 1; }, StatusCode::kCorrupt},
+      {"base_tags one digit short", [](Json& f) { f["base_tags"] = f["base_tags"].get<std::string>().substr(1); }, StatusCode::kCorrupt},
+      {"base_tags not hex", [](Json& f) { f["base_tags"] = std::string(f["base_tags"].get<std::string>().size(), 'g'); }, StatusCode::kCorrupt},
+      {"base_tags missing", [](Json& f) { f.erase("base_tags"); }, StatusCode::kCorrupt},
       {"format name", [](Json& f) { f["format"] = "other"; }, StatusCode::kCorrupt},
-      {"version 2", [](Json& f) { f["version"] = 2; }, StatusCode::kUnsupported},
+      {"version 3", [](Json& f) { f["version"] = 3; }, StatusCode::kUnsupported},
+      {"version 0", [](Json& f) { f["version"] = 0; }, StatusCode::kUnsupported},
+      {"version 1 without tags", [](Json& f) { f["version"] = 1; }, StatusCode::kCorrupt},
       {"missing payloads", [](Json& f) { f.erase("payloads"); }, StatusCode::kCorrupt},
       {"missing tensors", [](Json& f) { f.erase("tensors"); }, StatusCode::kCorrupt},
       {"not an object", [](Json& f) { f = Json::array({1, 2}); }, StatusCode::kCorrupt},

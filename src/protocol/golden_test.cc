@@ -14,7 +14,9 @@ namespace dcr {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kGolden = fs::path(DCR_SOURCE_DIR) / "testdata/golden/v1";
+// testdata/golden/v<N>: every delta format version this build reads (kMinDeltaFormatVersion ..
+// kDeltaFormatVersion). The files of one version are never rewritten.
+fs::path GoldenDir(uint32_t version) { return fs::path(DCR_SOURCE_DIR) / ("testdata/golden/v" + std::to_string(version)); }
 
 using test::ReadAll;
 using test::TempDir;
@@ -51,42 +53,66 @@ void MakeGoldenCheckpoints(const fs::path& dir) {
   ASSERT_TRUE(WriteSafetensors((dir / "target.safetensors").string(), target).ok());
 }
 
-TEST(GoldenV1, WriteWhenAsked) {
-  if (std::getenv("DCR_WRITE_GOLDEN") == nullptr) GTEST_SKIP() << "set DCR_WRITE_GOLDEN=1 to regenerate";
-  fs::create_directories(kGolden);
-  MakeGoldenCheckpoints(kGolden);
-  auto base = Checkpoint::Open((kGolden / "base.safetensors").string());
-  auto target = Checkpoint::Open((kGolden / "target.safetensors").string());
+constexpr const char* kGoldenDeltas[] = {"xor.dcr", "overwrite.dcr", "context.dcr"};
+
+// Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
+// (one tensor split across two), plain XOR, plain overwrite and context mode.
+void WriteGoldenDeltas(const fs::path& from, const fs::path& to) {
+  auto base = Checkpoint::Open((from / "base.safetensors").string());
+  auto target = Checkpoint::Open((from / "target.safetensors").string());
   ASSERT_TRUE(base.ok() && target.ok());
   using Context = EncodeOptions::Context;
-  for (auto [name, kind, context] : {std::tuple{"xor.dcr", ValueKind::kXor, Context::kNever},
-                                     std::tuple{"overwrite.dcr", ValueKind::kOverwrite, Context::kNever},
-                                     std::tuple{"context.dcr", ValueKind::kXor, Context::kAlways}}) {
+  const std::tuple<ValueKind, Context> modes[] = {
+      {ValueKind::kXor, Context::kNever}, {ValueKind::kOverwrite, Context::kNever}, {ValueKind::kXor, Context::kAlways}};
+  for (size_t i = 0; i < 3; ++i) {
     DiffOptions o;
-    o.kind = kind;
-    o.encode.context = context;
-    o.chunk_bytes = 4096;  // several payloads, one tensor split across two
+    o.kind = std::get<0>(modes[i]);
+    o.encode.context = std::get<1>(modes[i]);
+    o.chunk_bytes = 4096;
     o.encode.block_log2 = 10;
-    ASSERT_TRUE(DiffCheckpoints(*base, *target, (kGolden / name).string(), o).ok());
+    ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenDeltas[i]).string(), o).ok());
   }
 }
 
-class GoldenV1Decode : public ::testing::TestWithParam<const char*> {};
+// Writes the current version's files (only when a new version is added).
+TEST(Golden, WriteWhenAsked) {
+  if (std::getenv("DCR_WRITE_GOLDEN") == nullptr) GTEST_SKIP() << "set DCR_WRITE_GOLDEN=1 to regenerate";
+  const fs::path kGolden = GoldenDir(kDeltaFormatVersion);
+  fs::create_directories(kGolden);
+  MakeGoldenCheckpoints(kGolden);
+  WriteGoldenDeltas(kGolden, kGolden);
+}
 
-TEST_P(GoldenV1Decode, CommittedDeltaTakesCommittedBaseExactlyToCommittedTarget) {
+class GoldenDecode : public ::testing::TestWithParam<std::tuple<uint32_t, const char*>> {};
+
+TEST_P(GoldenDecode, CommittedDeltaTakesCommittedBaseExactlyToCommittedTarget) {
+  const auto [version, file] = GetParam();
+  const fs::path dir = GoldenDir(version);
   TempDir work("dcr_golden_");
-  fs::copy_file(kGolden / "base.safetensors", work / "t.safetensors");
-  auto delta = DeltaReader::Open((kGolden / GetParam()).string());
+  fs::copy_file(dir / "base.safetensors", work / "t.safetensors");
+  auto delta = DeltaReader::Open((dir / file).string());
   ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+  EXPECT_EQ(delta->header().format_version, version);
   EXPECT_GT(delta->header().payloads.size(), 1u);
   auto t = Checkpoint::Open(work / "t.safetensors", MappedFile::Mode::kReadWrite);
   ASSERT_TRUE(t.ok());
   auto st = ApplyDelta(*delta, *t, {});
   ASSERT_TRUE(st.ok()) << st.status().ToString();
-  EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(kGolden / "target.safetensors"));
+  EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(dir / "target.safetensors"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, GoldenV1Decode, ::testing::Values("xor.dcr", "overwrite.dcr", "context.dcr"));
+INSTANTIATE_TEST_SUITE_P(Files, GoldenDecode,
+                         ::testing::Combine(::testing::Range(kMinDeltaFormatVersion, kDeltaFormatVersion + 1),
+                                            ::testing::ValuesIn(kGoldenDeltas)));
+
+// The current version's encoder still writes its golden files byte for byte (a format change
+// needs a new version).
+TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {
+  const fs::path dir = GoldenDir(kDeltaFormatVersion);
+  TempDir work("dcr_golden_");
+  WriteGoldenDeltas(dir, work.path());
+  for (const char* name : kGoldenDeltas) EXPECT_EQ(ReadAll(work / name), ReadAll(dir / name)) << name;
+}
 
 }  // namespace
 }  // namespace dcr

@@ -53,11 +53,11 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
     stats.base_check_seconds = SecondsSince(t0);
     if (CombineDigests(catalog, have) != h.base_digest) {
       for (size_t i = 0; i < catalog.size(); ++i)
-        if (DigestTag(have[i]) != h.tensors[i].base_tag)
+        if (DigestTag(have[i], h.base_tag_bits()) != h.tensors[i].base_tag)
           return WrongBase("the shards' canonical tensor '" + catalog[i].name +
                            "' does not hold the delta's base bits; nothing was written");
-      return WrongBase("the shards' canonical digest " + CombineDigests(catalog, have).ToHex() + " is not the delta's base " +
-                       h.base_digest.ToHex() + "; nothing was written");
+      return WrongBase("the shards' canonical state does not hold the delta's base bits (digest " + CombineDigests(catalog, have).ToHex() +
+                       ", the delta's base " + h.base_digest.ToHex() + "); nothing was written");
     }
   }
 
@@ -99,7 +99,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
       for (const auto& [t, d] : per_payload) expect[t] += d;
     if (CombineDigests(catalog, expect) != h.target_digest) {
       for (size_t i = 0; i < catalog.size(); ++i)
-        if (DigestTag(expect[i]) != h.tensors[i].target_tag)
+        if (h.has_target_tags() && DigestTag(expect[i]) != h.tensors[i].target_tag)
           return Corrupt(delta.path() + ": changes for canonical tensor '" + catalog[i].name +
                          "' do not produce the recorded target digest; nothing was written");
       return Corrupt(delta.path() + ": changes do not produce the recorded target digest; nothing was written");

@@ -345,11 +345,9 @@ TEST(DeltaRoundTrip, MixedDTypesSpecialValuesAndEmptyTensorsApplyBitExactly) {
     }
   }
   const CheckpointDigest bd = DigestCheckpoint(OpenOrDie(p.base_path), 1);
-  const CheckpointDigest nd = DigestCheckpoint(OpenOrDie(p.next_path), 1);
-  for (size_t t = 0; t < h.tensors.size(); ++t) {
-    EXPECT_EQ(h.tensors[t].base_tag, DigestTag(bd.tensors[t])) << h.tensors[t].entry.name;
-    EXPECT_EQ(h.tensors[t].target_tag, DigestTag(nd.tensors[t])) << h.tensors[t].entry.name;
-  }
+  EXPECT_EQ(h.format_version, kDeltaFormatVersion);
+  for (size_t t = 0; t < h.tensors.size(); ++t)
+    EXPECT_EQ(h.tensors[t].base_tag, DigestTag(bd.tensors[t], h.base_tag_bits())) << h.tensors[t].entry.name;
 
   auto applied = p.ApplyToBaseCopy(p.dir / "d.dcr", p.dir / "target.safetensors");
   ASSERT_TRUE(applied.ok()) << applied.status().ToString();

@@ -278,10 +278,18 @@ class Follower {
 Status SeedFromAnchor(ObjectStore& store, const StoreReceiverOptions& o, const std::atomic<bool>& stop) {
   std::optional<HeadRecord> head;
   for (bool said = false; !stop.load();) {
-    DCR_ASSIGN_OR_RETURN(head, GetRecord<HeadRecord>(store, HeadKey(), ParseHead));
-    if (head) break;
-    if (!said) std::fprintf(o.log, "dcr serve [store]: %s holds no model yet; waiting for the first push\n", store.url().c_str());
-    said = true;
+    auto got = GetRecord<HeadRecord>(store, HeadKey(), ParseHead);
+    if (!got.ok() && got.status().code() != StatusCode::kIoError) return got.status();
+    if (got.ok() && *got) {
+      head = *got;
+      break;
+    }
+    if (!got.ok()) {
+      std::fprintf(o.log, "dcr serve [store]: %s (retrying)\n", got.status().ToString().c_str());
+    } else if (!said) {
+      std::fprintf(o.log, "dcr serve [store]: %s holds no model yet; waiting for the first push\n", store.url().c_str());
+      said = true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(o.poll_ms));
   }
   if (!head) return Status::Ok();
@@ -328,7 +336,14 @@ Status RunStoreReceiver(const StoreReceiverOptions& o, const std::atomic<bool>& 
   DCR_ASSIGN_OR_RETURN(ReplicaState replica, ReplicaState::Open(o.state_dir, o.threads));
   // The store must hold this model (once it holds anything).
   for (bool said = false; !stop.load();) {
-    DCR_ASSIGN_OR_RETURN(auto info, GetRecord<StoreInfo>(*store, StoreInfoKey(), ParseStoreInfo));
+    auto got = GetRecord<StoreInfo>(*store, StoreInfoKey(), ParseStoreInfo);
+    if (!got.ok() && got.status().code() != StatusCode::kIoError) return got.status();
+    if (!got.ok()) {  // unreachable: waited out like every other step
+      std::fprintf(o.log, "dcr serve [store]: %s (retrying)\n", got.status().ToString().c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.poll_ms * 5));
+      continue;
+    }
+    const std::optional<StoreInfo>& info = *got;
     if (info) {
       if (info->catalog != CatalogDigest64(replica.catalog()))
         return Mismatch(store->url() + " holds another model (catalog " + Hex64(info->catalog) + ") than " + o.state_dir +
