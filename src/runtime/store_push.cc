@@ -211,6 +211,16 @@ Result<PushReport> RunStorePush(const StorePushOptions& o) {
   const Version base = baseline.version();
   report.base = base;
 
+  // The plan and the base tensors, before anything is published.
+  const std::vector<uint32_t> owned = OwnedTensors(next.catalog(), 0, 1);
+  DCR_ASSIGN_OR_RETURN(const std::vector<TensorRef> base_tensors, baseline.TensorsByCatalogIndex(next.catalog()));
+  const PayloadPlan plan = PlanPayloads(next.tensors(), owned, std::max<uint64_t>(o.chunk_bytes, 8));
+  std::vector<Digest128> digests(next.tensors().size());
+  for (uint32_t t : owned) {
+    digests[t] = baseline.tensor_digests().at(next.tensors()[t].name());
+    report.elements += next.tensors()[t].num_elements();
+    report.dense_bytes += next.tensors()[t].bytes.size();
+  }
   DCR_ASSIGN_OR_RETURN(uint64_t attempt, log.AttemptsFrom(base));
   const uint64_t transfer = LiveTransferId(base, attempt);
   report.transfer = transfer;
@@ -237,15 +247,6 @@ Result<PushReport> RunStorePush(const StorePushOptions& o) {
 
   // Payloads: encoded and uploaded concurrently.
   const auto t_publish = Clock::now();
-  const std::vector<uint32_t> owned = OwnedTensors(next.catalog(), 0, 1);
-  DCR_ASSIGN_OR_RETURN(const std::vector<TensorRef> base_tensors, baseline.TensorsByCatalogIndex(next.catalog()));
-  const PayloadPlan plan = PlanPayloads(next.tensors(), owned, std::max<uint64_t>(o.chunk_bytes, 8));
-  std::vector<Digest128> digests(next.tensors().size());
-  for (uint32_t t : owned) {
-    digests[t] = baseline.tensor_digests().at(next.tensors()[t].name());
-    report.elements += next.tensors()[t].num_elements();
-    report.dense_bytes += next.tensors()[t].bytes.size();
-  }
   Manifest manifest;
   {
     PayloadEncoder encoder(plan, base_tensors, next.tensors(), transfer, 0, {threads, o.encode, o.dense}, digests);
