@@ -2,7 +2,8 @@
 # Shared set-up of the end-to-end benchmarks (bench/refit_bench.sh, bench/store_bench.sh), sourced
 # after option parsing with the remaining arguments: CHAIN (the given snapshot files, or the 12
 # real trajectory snapshots under ../shared/data/trajectories in chain order), W (a scratch
-# directory, removed on exit), PIDS (processes killed on exit) and py (Debian's python3).
+# directory, removed on exit unless KEEP is set), PIDS (processes killed on exit) and py (Debian's
+# python3).
 # Usage: e2e_setup NAME "$@"
 e2e_setup() {
   local name=$1 r s t
@@ -22,6 +23,6 @@ _e2e_cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$W"
+  [[ -n ${KEEP:-} ]] || rm -rf "$W"
 }
 py() { /usr/bin/python3 "$@"; }

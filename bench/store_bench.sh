@@ -9,7 +9,11 @@
 #
 #   bench/store_bench.sh [--receivers N] [--s3] [CHAIN...]
 #
-# --s3 runs against a local s3rver (tests/npm, scripts/install-deps.sh) instead of file://.
+# --s3 runs against a local s3rver (tests/npm, scripts/install-deps.sh) instead of file://. s3rver
+# rewrites objects in place, so a GET or LIST that meets an object being rewritten (heartbeats,
+# head.json) fails with 500 and the client's backoff adds up to seconds to some refits: its
+# timings are not representative of S3. VERBOSE=1 prints each push's stage timings and store
+# counters; KEEP=1 keeps the scratch directory (logs, s3rver.log).
 # CHAIN: snapshot files in order (default: the 12 real trajectory snapshots under
 # ../shared/data/trajectories). Needs build/dcr.
 set -euo pipefail
@@ -70,6 +74,7 @@ print(time.time() - t0)
 PY
 )
   for ((i = 0; i < N; i++)); do "$DCR" verify "$W/r$i" "$new" >/dev/null || { echo "receiver $i differs from $new" >&2; exit 1; }; done
+  [[ -z ${VERBOSE:-} ]] || echo "push: $(field "$j" 'j["seconds"], j["store"]') refit $t s" >&2
   field "$j" "{**j, 'refit_seconds': $t}" | tr "'" '"' | sed 's/True/true/g; s/False/false/g'
 }
 
