@@ -140,29 +140,25 @@ class Follower {
     fetched_bytes_ = 0;
   }
 
-  // Fetches one payload; checks it against the manifest entry when there is one.
-  Result<std::vector<uint8_t>> Fetch(uint64_t t, uint32_t producer, uint32_t seq, const ManifestPayload* expect) {
+  // Fetches one payload and applies it. Bytes that do not match the manifest entry (when there
+  // is one), or that the replica refuses as damaged, are fetched again: kFetchAttempts fetches in
+  // all, 50·n ms apart.
+  Status FetchAndApply(uint64_t t, uint32_t producer, uint32_t seq, const ManifestPayload* expect) {
     const std::string key = PayloadKey(t, producer, seq);
     for (int attempt = 1;; ++attempt) {
       DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, store_.Get(key));
       fetched_bytes_ += bytes.size();
-      if (!expect || (bytes.size() == expect->size && XXH3_64bits(bytes.data(), bytes.size()) == expect->xxh3)) return bytes;
-      if (attempt >= kFetchAttempts)
-        return Corrupt(store_.url() + " " + key + ": " + std::to_string(bytes.size()) + " bytes that do not match the manifest (" +
-                       std::to_string(expect->size) + " bytes, xxh3 " + Hex64(expect->xxh3) + ") after " +
-                       std::to_string(kFetchAttempts) + " fetches");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
-    }
-  }
-
-  // Applies one fetched payload; a payload refused as damaged is fetched again.
-  Status FetchAndApply(uint64_t t, uint32_t producer, uint32_t seq, const ManifestPayload* expect) {
-    for (int attempt = 1;; ++attempt) {
-      DCR_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Fetch(t, producer, seq, expect));
-      auto r = replica_.ApplyPayload(bytes);
-      if (r.ok()) return Status::Ok();
-      if (r.status().code() != StatusCode::kCorrupt || attempt >= kFetchAttempts)
-        return r.status().WithContext(store_.url() + " " + PayloadKey(t, producer, seq));
+      Status s;
+      if (expect && (bytes.size() != expect->size || XXH3_64bits(bytes.data(), bytes.size()) != expect->xxh3)) {
+        s = Corrupt(std::to_string(bytes.size()) + " bytes that do not match the manifest (" + std::to_string(expect->size) +
+                    " bytes, xxh3 " + Hex64(expect->xxh3) + ")");
+      } else {
+        auto r = replica_.ApplyPayload(bytes);
+        if (r.ok()) return Status::Ok();
+        s = r.status();
+      }
+      if (s.code() != StatusCode::kCorrupt || attempt >= kFetchAttempts)
+        return s.WithContext(store_.url() + " " + key + (attempt > 1 ? " (" + std::to_string(attempt) + " fetches)" : ""));
       std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
     }
   }
