@@ -17,10 +17,7 @@ Result<std::vector<AnchorRecord>> ListAnchors(ObjectStore& store) {
   std::vector<AnchorRecord> out;
   for (const ObjectInfo& o : objects) {
     uint64_t n = 0;
-    const std::string rest = o.key.substr(AnchorPrefix().size());
-    if (rest.size() != 20 + std::string("/anchor.json").size() || !ParseVersionNumber(rest.substr(0, 20), &n) ||
-        o.key != AnchorRecordKey(n))
-      continue;
+    if (!ParseAnchorRecordKey(o.key, &n)) continue;
     DCR_ASSIGN_OR_RETURN(auto a, GetRecord<AnchorRecord>(store, o.key, ParseAnchor));
     if (!a) continue;  // removed meanwhile
     if (a->version.number != n) return Corrupt(store.url() + " " + o.key + ": records version " + a->version.ToString());
@@ -71,8 +68,7 @@ Result<GcReport> CollectGarbage(ObjectStore& store, const HeadRecord& head, uint
   DCR_ASSIGN_OR_RETURN(std::vector<ObjectInfo> links, store.List(ChainPrefix()));
   for (const ObjectInfo& o : links) {
     uint64_t n = 0;
-    const std::string rest = o.key.substr(ChainPrefix().size());
-    if (rest.size() != 25 || !ParseVersionNumber(rest.substr(0, 20), &n) || o.key != ChainKey(n)) continue;
+    if (!ParseChainKey(o.key, &n)) continue;
     DCR_ASSIGN_OR_RETURN(auto link, GetRecord<ChainLink>(store, o.key, ParseChainLink));
     if (!link) continue;
     if (n > r.keep_from) {

@@ -30,6 +30,13 @@ TEST(StoreRecords, KeysHaveFixedWidthNumbersThatSortByValue) {
   EXPECT_TRUE(ParseVersionNumber("00000000000000000012", &n));
   EXPECT_EQ(n, 12u);
   EXPECT_FALSE(ParseVersionNumber("99999999999999999999", &n));  // overflows u64
+  EXPECT_TRUE(ParseChainKey(ChainKey(42), &n));
+  EXPECT_EQ(n, 42u);
+  EXPECT_FALSE(ParseChainKey("chain/00000000000000000042.json.bak", &n));
+  EXPECT_FALSE(ParseChainKey(AnchorRecordKey(42), &n));
+  EXPECT_TRUE(ParseAnchorRecordKey(AnchorRecordKey(7), &n));
+  EXPECT_EQ(n, 7u);
+  EXPECT_FALSE(ParseAnchorRecordKey(AnchorModelKey(7), &n));
   EXPECT_TRUE(CheckReceiverName("host-1_a").ok());
   EXPECT_FALSE(CheckReceiverName("-x").ok());
   EXPECT_FALSE(CheckReceiverName("a/b").ok());

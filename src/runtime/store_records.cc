@@ -93,6 +93,20 @@ bool ParseVersionNumber(const std::string& digits, uint64_t* number) {
   return true;
 }
 
+namespace {
+// N of a key that is exactly make(N), where the 20 digits of N follow `prefix`.
+template <typename Make>
+bool ParseNumberedKey(const std::string& key, const std::string& prefix, Make make, uint64_t* number) {
+  return key.size() >= prefix.size() + 20 && key.compare(0, prefix.size(), prefix) == 0 &&
+         ParseVersionNumber(key.substr(prefix.size(), 20), number) && key == make(*number);
+}
+}  // namespace
+
+bool ParseChainKey(const std::string& key, uint64_t* number) { return ParseNumberedKey(key, ChainPrefix(), ChainKey, number); }
+bool ParseAnchorRecordKey(const std::string& key, uint64_t* number) {
+  return ParseNumberedKey(key, AnchorPrefix(), AnchorRecordKey, number);
+}
+
 Status CheckReceiverName(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 64 && name[0] != '-';
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');

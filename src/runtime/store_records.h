@@ -56,6 +56,9 @@ std::string RegistrationsPrefix();
 bool ParsePayloadName(const std::string& name, uint32_t* producer, uint32_t* sequence);
 // Parses the 20-digit number segment of anchors/<N>/… and chain/<N>.json keys.
 bool ParseVersionNumber(const std::string& digits, uint64_t* number);
+// N of a key that is exactly ChainKey(N) / AnchorRecordKey(N); false for any other key.
+bool ParseChainKey(const std::string& key, uint64_t* number);
+bool ParseAnchorRecordKey(const std::string& key, uint64_t* number);
 // kInvalidArgument unless `name` can name a receiver: 1–64 of [A-Za-z0-9_-], not starting with '-'.
 Status CheckReceiverName(const std::string& name);
 

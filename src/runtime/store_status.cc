@@ -33,7 +33,7 @@ Result<Json> DescribeStore(ObjectStore& store) {
   uint64_t first = UINT64_MAX, last = 0;
   for (const ObjectInfo& l : links) {
     uint64_t n = 0;
-    if (l.key.size() != ChainKey(0).size() || !ParseVersionNumber(l.key.substr(ChainPrefix().size(), 20), &n)) continue;
+    if (!ParseChainKey(l.key, &n)) continue;
     first = std::min(first, n);
     last = std::max(last, n);
   }
