@@ -11,7 +11,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libzstd-dev libxxhash-dev libzmq3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libzstd-dev libxxhash-dev libhwy-dev libzmq3-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev python3-botocore
 )

@@ -9,6 +9,7 @@
 
 #include "base/thread_pool.h"
 #include "base/timing.h"
+#include "codec/simd_masks.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "protocol/delta_diff.h"
@@ -56,7 +57,7 @@ double ScanSeconds(const Checkpoint& a, const Checkpoint& b, int threads) {
 
 struct PairResult {
   double scan_s = 1e30, encode_s = 1e30, apply_s = 1e30;
-  uint64_t wire = 0, changed = 0, dense = 0, context_payloads = 0, payloads = 0;
+  uint64_t wire = 0, changed = 0, dense = 0, elements = 0, context_payloads = 0, payloads = 0;
 };
 
 // Decode + apply of every payload into an in-memory copy of the base, then a bit-exact check
@@ -100,12 +101,13 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
     DCR_ASSIGN_OR_RETURN(DiffStats s, DiffCheckpoints(base, next, out, o));
     r.encode_s = std::min(r.encode_s, s.encode_seconds);
     r.wire = s.wire_bytes, r.changed = s.changed_elements, r.dense = s.dense_bytes, r.payloads = s.payloads;
+    r.elements = s.total_elements;
     DCR_ASSIGN_OR_RETURN(DeltaReader delta, DeltaReader::Open(out));
     r.context_payloads = 0;
     for (size_t i = 0; i < delta.header().payloads.size(); ++i) {
       PayloadLayout layout;
       DCR_RETURN_IF_ERROR(ParsePayload(delta.PayloadBytes(i), &layout));
-      r.context_payloads += layout.mode == CodecMode::kContext;
+      r.context_payloads += NeedsOldBits(layout.mode);
     }
     DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads));
     r.apply_s = std::min(r.apply_s, apply_s);
@@ -147,7 +149,8 @@ int RunBench(BenchArgs args) {
       const double density = static_cast<double>(r->changed) / (static_cast<double>(r->dense) / 2.0);
       const std::string pair = fs::path(args.files[i]).filename().string() + " -> " + fs::path(args.files[i + 1]).filename().string();
       nlohmann::json row = {{"pair", pair}, {"codec", context ? "ctx" : "plain"}, {"threads", threads},
-                            {"changed_elements", r->changed}, {"dense_bytes", r->dense}, {"wire_bytes", r->wire},
+                            {"changed_elements", r->changed}, {"total_elements", r->elements}, {"dense_bytes", r->dense},
+                            {"wire_bytes", r->wire}, {"simd_target", ActiveSimdTargetName()},
                             {"payloads", r->payloads}, {"context_payloads", r->context_payloads},
                             {"wire_bytes_per_changed_element", per_change},
                             {"wire_bytes_per_dense_byte", static_cast<double>(r->wire) / static_cast<double>(r->dense)},
@@ -165,9 +168,9 @@ int RunBench(BenchArgs args) {
   if (rc != kExitOk) return rc;
   if (args.json) std::printf("%s\n", rows.dump().c_str());
   else
-    std::printf("%d thread(s), best of %d. chg %% assumes 2-byte elements. enc = diff+encode; dec = verify+decode+apply "
-                "in memory; x/scn = throughput relative to the two-stream scan of the same pair.\n",
-                threads, args.repeat);
+    std::printf("%d thread(s), best of %d, SIMD target %s. chg %% assumes 2-byte elements. enc = diff+encode; dec = "
+                "verify+decode+apply in memory; x/scn = throughput relative to the two-stream scan of the same pair.\n",
+                threads, args.repeat, ActiveSimdTargetName());
   return kExitOk;
 }
 

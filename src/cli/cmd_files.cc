@@ -241,7 +241,7 @@ int InspectDelta(const std::string& path, bool json) {
     PayloadLayout payload;
     Status s = ParsePayload(r->PayloadBytes(i), &payload);
     if (!s.ok()) return ReportError("inspect", s.WithContext(payload_where(path, i)));
-    context_payloads += payload.mode == CodecMode::kContext;
+    context_payloads += NeedsOldBits(payload.mode);
     for (size_t k = 0; k < payload.segments.size(); ++k) {
       const SegmentSpec& seg = payload.segments[k];
       if (seg.tensor_index >= h.tensors.size())

@@ -74,33 +74,46 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-// Appends bits LSB-first to a byte vector.
+// Appends bits LSB-first to a byte vector. Bytes leave the accumulator 4 at a time into slack
+// kept at the vector's end, so `out` must not be touched between construction and Flush, which
+// trims the slack.
 class BitWriter {
  public:
-  explicit BitWriter(std::vector<uint8_t>& out) : out_(out) {}
-  // nbits <= 57
+  explicit BitWriter(std::vector<uint8_t>& out) : out_(out), at_(out.size()) {}
+  // nbits <= 57; `bits` has no bits set at or above nbits.
   void Put(uint64_t bits, int nbits) {
+    if (nbits > 32) {
+      Put(bits & 0xffffffffu, 32);
+      bits >>= 32;
+      nbits -= 32;
+    }
     acc_ |= bits << fill_;
     fill_ += nbits;
-    while (fill_ >= 8) {
-      out_.push_back(static_cast<uint8_t>(acc_));
-      acc_ >>= 8;
-      fill_ -= 8;
+    if (fill_ >= 32) {
+      if (out_.size() < at_ + 8) out_.resize(2 * out_.size() + 64);
+      const uint32_t low = static_cast<uint32_t>(acc_);
+      std::memcpy(out_.data() + at_, &low, 4);
+      at_ += 4;
+      acc_ >>= 32;
+      fill_ -= 32;
     }
   }
   // q one-bits then a zero bit.
   void PutUnary(uint64_t q) {
-    while (q >= 32) Put(0xffffffffu, 32), q -= 32;
+    while (q >= 31) Put(0x7fffffffu, 31), q -= 31;
     Put((1ull << q) - 1, static_cast<int>(q) + 1);
   }
   void Flush() {
-    if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
+    out_.resize(at_);
+    for (; fill_ > 0; fill_ -= 8, acc_ >>= 8) out_.push_back(static_cast<uint8_t>(acc_));
     acc_ = 0;
     fill_ = 0;
+    at_ = out_.size();
   }
 
  private:
   std::vector<uint8_t>& out_;
+  size_t at_;  // bytes of out_ written; out_.size() - at_ is slack
   uint64_t acc_ = 0;
   int fill_ = 0;
 };
@@ -161,7 +174,22 @@ class BitReader {
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }
 
  private:
+  // Tops the window up to at least 57 bits while input lasts: 8 bytes at once away from the end.
   void Refill() {
+    if (fill_ <= 56 && b_.size() - pos_ >= 8) {
+      uint64_t next;
+      // GCC warns when it inlines this for a span it knows to be shorter than 8 bytes, where the
+      // size test above makes the branch dead.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+      std::memcpy(&next, b_.data() + pos_, 8);
+#pragma GCC diagnostic pop
+      acc_ |= next << fill_;
+      const int take = (63 - fill_) >> 3;  // whole bytes that fit
+      pos_ += static_cast<size_t>(take);
+      fill_ += 8 * take;
+      return;
+    }
     while (fill_ <= 56 && pos_ < b_.size()) {
       acc_ |= static_cast<uint64_t>(b_[pos_++]) << fill_;
       fill_ += 8;

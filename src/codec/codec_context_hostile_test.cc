@@ -1,4 +1,5 @@
-// Codec tests, part 6: context mode on hostile input. Every truncation and bit flip is refused;
+// Codec tests, part 6: legacy context mode 1 (one class per exponent value; read, no longer
+// written) on hostile input. Every truncation and bit flip is refused;
 // re-signed class tables that break a rule of docs/format.md §2.6 are kCorrupt; random edits are
 // refused or decode well formed; hand-built codes written from the format description decode.
 #include "codec/context_test_support.h"
@@ -14,9 +15,9 @@ StatusCode DecodeWith(const World& w, std::span<const uint8_t> p) {
   return DecodePayload(p, &d, w.Lookup()).code();
 }
 
-TEST(ContextHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
+TEST(LegacyContextHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
   for (double density : {0.02, 1.0}) {
-    ContextPayload c(density, 2000);
+    ContextPayload c(density, 2000, ContextPayload::Mode::kLegacy);
     ASSERT_EQ(DecodeWith(c.w, c.p), StatusCode::kOk);
     for (size_t len = 0; len < c.p.size(); ++len)
       ASSERT_EQ(DecodeWith(c.w, std::span<const uint8_t>(c.p.data(), len)), StatusCode::kCorrupt) << "length " << len;
@@ -69,24 +70,8 @@ struct ClassCode {
   }
 };
 
-// The raw location section of a payload.
-
-// `p` with its location section replaced by `loc`, stored raw, and re-signed.
-std::vector<uint8_t> WithLocationSection(const std::vector<uint8_t>& p, const std::vector<uint8_t>& loc) {
-  const uint64_t table_len = LoadLe(p.data() + kTableLen, 4), loc_stored = LoadLe(p.data() + kLocStored, 8);
-  const size_t loc_at = kPayloadHeaderBytes + table_len;
-  std::vector<uint8_t> q(p.begin(), p.begin() + static_cast<ptrdiff_t>(loc_at));
-  q.insert(q.end(), loc.begin(), loc.end());
-  q.insert(q.end(), p.begin() + static_cast<ptrdiff_t>(loc_at + loc_stored), p.end());
-  q[kLocCodec] = static_cast<uint8_t>(SectionCodec::kRaw);
-  StoreLe(q.data() + kLocRaw, loc.size(), 8);
-  StoreLe(q.data() + kLocStored, loc.size(), 8);
-  Resign(q);
-  return q;
-}
-
-TEST(ContextHostile, ResignedBadClassTablesAreCorrupt) {
-  ContextPayload c(0.05);
+TEST(LegacyContextHostile, ResignedBadClassTablesAreCorrupt) {
+  ContextPayload c(0.05, 6000, ContextPayload::Mode::kLegacy);
   const auto raw = LocationSection(c.p);
   const ClassCode code = ClassCode::Parse(raw);
   ASSERT_GE(code.entries.size(), 3u);
@@ -190,8 +175,8 @@ TEST(ContextHostile, ResignedBadClassTablesAreCorrupt) {
   }
 }
 
-TEST(ContextHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
-  ContextPayload c(0.05, 3000);
+TEST(LegacyContextHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
+  ContextPayload c(0.05, 3000, ContextPayload::Mode::kLegacy);
   const auto raw = LocationSection(c.p);
   PayloadLayout layout;
   ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
@@ -220,44 +205,7 @@ TEST(ContextHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
 // ---------------------------------------------------------------------------------------------
 // Hand-built context payloads: the format as documented, written without the encoder.
 
-std::vector<uint8_t> Seg(DType dtype, ValueKind kind, uint64_t tensor, uint64_t start, uint64_t count, uint64_t n) {
-  std::vector<uint8_t> t = {DTypeCode(dtype), static_cast<uint8_t>(kind)};
-  PutVarint(t, tensor);
-  PutVarint(t, start);
-  PutVarint(t, count);
-  PutVarint(t, n);
-  return t;
-}
-std::vector<uint8_t> Cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// A context-mode payload with raw sections and raw byte-plane values.
-std::vector<uint8_t> CraftContext(uint32_t segments, const std::vector<uint8_t>& table, const std::vector<uint8_t>& loc,
-                                  const std::vector<uint8_t>& val) {
-  std::vector<uint8_t> p(kPayloadHeaderBytes, 0);
-  StoreLe(p.data() + kMagic, kPayloadMagic, 4);
-  StoreLe(p.data() + kVersion, kPayloadFormatVersion, 2);
-  p[kMode] = static_cast<uint8_t>(CodecMode::kContext);
-  p[kBlockLog2] = 16;
-  StoreLe(p.data() + kTransfer, 5, 8);
-  StoreLe(p.data() + kSegments, segments, 4);
-  StoreLe(p.data() + kTableLen, table.size(), 4);
-  p[kValCodec] = static_cast<uint8_t>(ValueCodec::kPlanesRaw);
-  StoreLe(p.data() + kLocRaw, loc.size(), 8);
-  StoreLe(p.data() + kLocStored, loc.size(), 8);
-  StoreLe(p.data() + kValRaw, val.size(), 8);
-  StoreLe(p.data() + kValStored, val.size(), 8);
-  p.insert(p.end(), table.begin(), table.end());
-  p.insert(p.end(), loc.begin(), loc.end());
-  p.insert(p.end(), val.begin(), val.end());
-  p.resize(p.size() + 8);
-  Resign(p);
-  return p;
-}
-
-TEST(ContextHostile, HandBuiltContextCodesFollowTheFormat) {
+TEST(LegacyContextHostile, HandBuiltContextCodesFollowTheFormat) {
   const auto kC = StatusCode::kCorrupt;
   // U8 (class 0 only): one change at 5: present 1, class 0, k 1, rice 0, gap 5 = 11111 0.
   std::vector<uint8_t> u8_base(16, 9);
@@ -265,7 +213,7 @@ TEST(ContextHostile, HandBuiltContextCodesFollowTheFormat) {
   const auto u8_table = Seg(DType::kU8, ValueKind::kXor, 0, 0, 16, 1);
   auto u8 = [&](const std::vector<uint8_t>& loc) {
     DecodedPayload d;
-    Status s = DecodePayload(CraftContext(1, u8_table, loc, {0x42}), &d, u8_lookup);
+    Status s = DecodePayload(CraftContext(CodecMode::kContext, 1, u8_table, loc, {0x42}), &d, u8_lookup);
     if (s.ok()) {
       EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
       return d.segments[0].changes.positions.empty() ? int64_t{-1} : int64_t{d.segments[0].changes.positions[0]};
@@ -299,34 +247,18 @@ TEST(ContextHostile, HandBuiltContextCodesFollowTheFormat) {
   const auto bf16_table = Seg(DType::kBF16, ValueKind::kOverwrite, 7, 100, 16, 2);
   const std::vector<uint8_t> loc = {2, 0x7f, 1, 0, 0x80, 1, 0, 0b0011};
   DecodedPayload d;
-  Status s = DecodePayload(CraftContext(1, bf16_table, loc, {0x11, 0x22, 0x33, 0x44}), &d, bf16_lookup);
+  Status s = DecodePayload(CraftContext(CodecMode::kContext, 1, bf16_table, loc, {0x11, 0x22, 0x33, 0x44}), &d, bf16_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(d.segments.size(), 1u);
   EXPECT_EQ(d.segments[0].spec.start, 100u);
   EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
   EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
-  // The encoder writes the same changes with the Rice parameters it fits (1 for both classes:
-  // population 8, one change): 0x7f: gap 2 = 1 0 | 0; 0x80: gap 0 = 0 | 0.
-  {
-    std::vector<uint8_t> next = bf16_base;
-    StoreElem(next, 1, 2, 0x3311);
-    StoreElem(next, 4, 2, 0x4422);
-    PayloadBuilder b(With(Context::kAlways));
-    b.AddDiff({7, DType::kBF16, ValueKind::kOverwrite, 100, 16}, bf16_base, next);
-    std::vector<uint8_t> p;
-    b.Finish(kIdentity, &p);
-    const std::vector<uint8_t> enc_loc = {2, 0x7f, 1, 1, 0x80, 1, 1, 0b00001};
-    EXPECT_EQ(LocationSection(p), enc_loc);
-    DecodedPayload e;
-    ASSERT_TRUE(DecodePayload(p, &e, bf16_lookup).ok());
-    EXPECT_EQ(e.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
-  }
   // Classes out of order, and the same code against a base with a single class.
-  EXPECT_EQ(DecodePayload(CraftContext(1, bf16_table, {2, 0x80, 1, 0, 0x7f, 1, 0, 0b0011}, {1, 2, 3, 4}), &d, bf16_lookup).code(), kC);
+  EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 1, bf16_table, {2, 0x80, 1, 0, 0x7f, 1, 0, 0b0011}, {1, 2, 3, 4}), &d, bf16_lookup).code(), kC);
   std::vector<uint8_t> flat(32);
   for (size_t i = 0; i < 16; ++i) StoreElem(flat, i, 2, 0x3f80);
   BaseLookup flat_lookup = [&](const SegmentSpec&) -> Result<std::span<const uint8_t>> { return std::span<const uint8_t>(flat); };
-  EXPECT_EQ(DecodePayload(CraftContext(1, bf16_table, loc, {1, 2, 3, 4}), &d, flat_lookup).code(), kC);
+  EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 1, bf16_table, loc, {1, 2, 3, 4}), &d, flat_lookup).code(), kC);
 
   // Two segments sharing class 0 (U8 then I16): ordinals run across segments. Changes at U8[3]
   // (ordinal 3) and I16[0] (ordinal 8): gaps 3, 4 = 1110 11110.
@@ -335,14 +267,14 @@ TEST(ContextHostile, HandBuiltContextCodesFollowTheFormat) {
     return std::span<const uint8_t>(s.tensor_index == 0 ? a : b);
   };
   const auto two_table = Cat(Seg(DType::kU8, ValueKind::kXor, 0, 0, 8, 1), Seg(DType::kI16, ValueKind::kXor, 1, 0, 2, 1));
-  s = DecodePayload(CraftContext(2, two_table, {1, 0, 2, 0, 0b11110111, 0b0}, {5, 6, 7}), &d, two_lookup);
+  s = DecodePayload(CraftContext(CodecMode::kContext, 2, two_table, {1, 0, 2, 0, 0b11110111, 0b0}, {5, 6, 7}), &d, two_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{3}));
   EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0}));
   // Both changes in the first segment: its table entry says one.
-  EXPECT_EQ(DecodePayload(CraftContext(2, two_table, {1, 0, 2, 0, 0b00000111}, {5, 6, 7}), &d, two_lookup).code(), kC);
+  EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 2, two_table, {1, 0, 2, 0, 0b00000111}, {5, 6, 7}), &d, two_lookup).code(), kC);
   // Both in the second.
-  EXPECT_EQ(DecodePayload(CraftContext(2, two_table, {1, 0, 2, 0, 0xff, 0x00}, {5, 6, 7}), &d, two_lookup).code(), kC);
+  EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 2, two_table, {1, 0, 2, 0, 0xff, 0x00}, {5, 6, 7}), &d, two_lookup).code(), kC);
 }
 
 }  // namespace

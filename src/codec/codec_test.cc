@@ -305,8 +305,9 @@ TEST(LocationCoding, RandomSetsRoundTripForEveryBlockSizeAndDensity) {
           if (coin(rng)) pos.push_back(static_cast<uint32_t>(i));
         const std::vector<uint8_t> code = LocationCode(pos, count, block_log2);
         ASSERT_TRUE(DecodesTo(code, count, block_log2, pos)) << " block 2^" << block_log2 << " density " << density;
-        // The code is a pure function of its input.
+        // The code is a pure function of its input, and its size is known without writing it.
         EXPECT_EQ(LocationCode(pos, count, block_log2), code);
+        EXPECT_EQ(LocationCodeBytes(pos, count, block_log2), code.size()) << " block 2^" << block_log2 << " density " << density;
       }
     }
   }

@@ -1,5 +1,5 @@
 // Shared data and helpers of the context-mode codec tests (codec_context_test.cc,
-// codec_context_hostile_test.cc): a seeded "world" of tensors with exponent-dependent changes,
+// codec_context_hostile_test.cc for legacy mode 1, codec_band_hostile_test.cc): a seeded "world" of tensors with exponent-dependent changes,
 // encoders for each context setting, and structural checks of decoded payloads.
 // Each test binary includes it once and uses only some helpers, hence the unused-function
 // warning is off here.
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/band_context.h"
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
 #include "codec/payload_codec.h"
@@ -251,9 +252,9 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
       segs.push_back({seg.spec.dtype, w.Seg(w.base.at(seg.spec.tensor_index), seg.spec)});
       positions.push_back(seg.changes.positions);
     }
-    EncodeContextLocations(segs, positions, &code);
+    EncodeBandedLocations(segs, positions, &code);
   }
-  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContext : CodecMode::kPlain;
+  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextBands : CodecMode::kPlain;
   EXPECT_EQ(ModeOf(ctx), want) << what << ": context code " << code.size() << " bytes";
   if (want == CodecMode::kPlain) {
     EXPECT_EQ(ctx, plain) << what;
@@ -276,7 +277,7 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   EXPECT_TRUE(DecodePayload(plain, &dpb, w.Lookup()).ok());
   ExpectSameSegments(dp, dpb, what + " (plain with base)");
   // Without the old bits a context payload cannot be decoded.
-  if (want == CodecMode::kContext) {
+  if (want == CodecMode::kContextBands) {
     DecodedPayload none;
     EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
   }
@@ -285,12 +286,86 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
 }
 
 
+// `p` with its location section replaced by `loc`, stored raw, and re-signed.
+std::vector<uint8_t> WithLocationSection(const std::vector<uint8_t>& p, const std::vector<uint8_t>& loc) {
+  const uint64_t table_len = LoadLe(p.data() + kTableLen, 4), loc_stored = LoadLe(p.data() + kLocStored, 8);
+  const size_t loc_at = kPayloadHeaderBytes + table_len;
+  std::vector<uint8_t> q(p.begin(), p.begin() + static_cast<ptrdiff_t>(loc_at));
+  q.insert(q.end(), loc.begin(), loc.end());
+  q.insert(q.end(), p.begin() + static_cast<ptrdiff_t>(loc_at + loc_stored), p.end());
+  q[kLocCodec] = static_cast<uint8_t>(SectionCodec::kRaw);
+  StoreLe(q.data() + kLocRaw, loc.size(), 8);
+  StoreLe(q.data() + kLocStored, loc.size(), 8);
+  Resign(q);
+  return q;
+}
+
+// `p` re-coded in legacy context mode 1 (one class per exponent value, context_coding.h), which
+// this build reads but no longer writes: the per-class code of the same changes, re-signed.
+std::vector<uint8_t> AsLegacyContextPayload(const World& w, const std::vector<uint8_t>& p) {
+  DecodedPayload d;
+  const Status s = DecodePayload(p, &d, w.Lookup());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::vector<ContextSegment> segs;
+  std::vector<std::span<const uint32_t>> positions;
+  for (const DecodedSegment& seg : d.segments) {
+    segs.push_back({seg.spec.dtype, w.Seg(w.base.at(seg.spec.tensor_index), seg.spec)});
+    positions.push_back(seg.changes.positions);
+  }
+  std::vector<uint8_t> code;
+  EncodeContextLocations(segs, positions, &code);
+  std::vector<uint8_t> q = p;
+  q[kMode] = static_cast<uint8_t>(CodecMode::kContext);
+  Resign(q);
+  return WithLocationSection(q, code);
+}
+
+// Hand-built payloads: the format as documented, written without the encoder.
+std::vector<uint8_t> Seg(DType dtype, ValueKind kind, uint64_t tensor, uint64_t start, uint64_t count, uint64_t n) {
+  std::vector<uint8_t> t = {DTypeCode(dtype), static_cast<uint8_t>(kind)};
+  PutVarint(t, tensor);
+  PutVarint(t, start);
+  PutVarint(t, count);
+  PutVarint(t, n);
+  return t;
+}
+std::vector<uint8_t> Cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A context-mode payload with raw sections and raw byte-plane values.
+std::vector<uint8_t> CraftContext(CodecMode mode, uint32_t segments, const std::vector<uint8_t>& table, const std::vector<uint8_t>& loc,
+                                  const std::vector<uint8_t>& val) {
+  std::vector<uint8_t> p(kPayloadHeaderBytes, 0);
+  StoreLe(p.data() + kMagic, kPayloadMagic, 4);
+  StoreLe(p.data() + kVersion, kPayloadFormatVersion, 2);
+  p[kMode] = static_cast<uint8_t>(mode);
+  p[kBlockLog2] = 16;
+  StoreLe(p.data() + kTransfer, 5, 8);
+  StoreLe(p.data() + kSegments, segments, 4);
+  StoreLe(p.data() + kTableLen, table.size(), 4);
+  p[kValCodec] = static_cast<uint8_t>(ValueCodec::kPlanesRaw);
+  StoreLe(p.data() + kLocRaw, loc.size(), 8);
+  StoreLe(p.data() + kLocStored, loc.size(), 8);
+  StoreLe(p.data() + kValRaw, val.size(), 8);
+  StoreLe(p.data() + kValStored, val.size(), 8);
+  p.insert(p.end(), table.begin(), table.end());
+  p.insert(p.end(), loc.begin(), loc.end());
+  p.insert(p.end(), val.begin(), val.end());
+  p.resize(p.size() + 8);
+  Resign(p);
+  return p;
+}
+
+
 // A BF16 + F32 + U8 payload in context mode (sections stored raw or zstd as the encoder chose).
 struct ContextPayload {
   World w;
   std::vector<SegmentSpec> specs;
   std::vector<uint8_t> p;
-  explicit ContextPayload(double density = 0.02, uint64_t n = 6000) {
+  enum class Mode { kBands, kLegacy };
+  explicit ContextPayload(double density = 0.02, uint64_t n = 6000, Mode mode = Mode::kBands) {
     std::mt19937_64 rng(6);
     w.Add(1, DType::kBF16, n, rng, 0, n, density);
     w.Add(3, DType::kF32, 500, rng, 0, 500, density * 5);
@@ -298,6 +373,7 @@ struct ContextPayload {
     specs = {{1, DType::kBF16, ValueKind::kXor, 0, n / 2}, {1, DType::kBF16, ValueKind::kXor, n / 2, n - n / 2},
              {3, DType::kF32, ValueKind::kOverwrite, 0, 500}, {4, DType::kU8, ValueKind::kXor, 0, 300}};
     p = w.Encode(specs, With(Context::kAlways));
+    if (mode == Mode::kLegacy) p = AsLegacyContextPayload(w, p);
   }
 };
 

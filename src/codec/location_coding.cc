@@ -42,10 +42,15 @@ BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int
   return c;
 }
 
-void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t block_len,
-                 std::vector<uint8_t>* out) {
-  PutVarint(*out, pos.size());
-  if (pos.empty()) return;
+// The code EncodeBlock writes for a block with changes, and its size after the method byte.
+struct BlockChoice {
+  LocationMethod method = LocationMethod::kRice;
+  int rice_k = 0;
+  uint64_t runs = 0;
+  size_t bytes = 0;
+};
+
+BlockChoice ChooseBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t block_len) {
   // Rice parameter near the optimum for geometric gaps, then the exact best of three
   // (the smallest k on ties).
   const uint64_t mean_gap = (block_len - pos.size()) / pos.size();
@@ -58,41 +63,67 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
     if (costs.rice_bits[i] < best_bits) best_bits = costs.rice_bits[i], best_k = k0 + i;
   const size_t rice_bytes = 1 + (best_bits + 7) / 8;
   const size_t bitmap_bytes = (block_len + 7) / 8;
-  const uint64_t runs = costs.runs;
-  const size_t ranges_bytes = costs.ranges_bytes;
+  if (rice_bytes <= bitmap_bytes && rice_bytes <= costs.ranges_bytes) return {LocationMethod::kRice, best_k, costs.runs, rice_bytes};
+  if (bitmap_bytes <= costs.ranges_bytes) return {LocationMethod::kBitmap, 0, costs.runs, bitmap_bytes};
+  return {LocationMethod::kRanges, 0, costs.runs, costs.ranges_bytes};
+}
 
-  if (rice_bytes <= bitmap_bytes && rice_bytes <= ranges_bytes) {
-    out->push_back(static_cast<uint8_t>(LocationMethod::kRice));
-    out->push_back(static_cast<uint8_t>(best_k));
-    BitWriter w(*out);
-    uint64_t prev = block_start;
-    for (uint32_t p : pos) {
-      uint64_t gap = p - prev;
-      w.PutUnary(gap >> best_k);
-      if (best_k > 0) w.Put(gap & ((1ull << best_k) - 1), best_k);
-      prev = uint64_t{p} + 1;
+void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t block_len,
+                 std::vector<uint8_t>* out) {
+  PutVarint(*out, pos.size());
+  if (pos.empty()) return;
+  const BlockChoice c = ChooseBlock(pos, block_start, block_len);
+  out->push_back(static_cast<uint8_t>(c.method));
+  switch (c.method) {
+    case LocationMethod::kRice: {
+      out->push_back(static_cast<uint8_t>(c.rice_k));
+      BitWriter w(*out);
+      uint64_t prev = block_start;
+      for (uint32_t p : pos) {
+        uint64_t gap = p - prev;
+        w.PutUnary(gap >> c.rice_k);
+        if (c.rice_k > 0) w.Put(gap & ((1ull << c.rice_k) - 1), c.rice_k);
+        prev = uint64_t{p} + 1;
+      }
+      w.Flush();
+      break;
     }
-    w.Flush();
-  } else if (bitmap_bytes <= ranges_bytes) {
-    out->push_back(static_cast<uint8_t>(LocationMethod::kBitmap));
-    size_t at = out->size();
-    out->resize(at + bitmap_bytes, 0);
-    for (uint32_t p : pos) {
-      uint64_t o = p - block_start;
-      (*out)[at + o / 8] |= static_cast<uint8_t>(1u << (o % 8));
+    case LocationMethod::kBitmap: {
+      size_t at = out->size();
+      out->resize(at + c.bytes, 0);
+      for (uint32_t p : pos) {
+        uint64_t o = p - block_start;
+        (*out)[at + o / 8] |= static_cast<uint8_t>(1u << (o % 8));
+      }
+      break;
     }
-  } else {
-    out->push_back(static_cast<uint8_t>(LocationMethod::kRanges));
-    PutVarint(*out, runs);
-    uint64_t prev_end = block_start;
-    for (size_t i = 0; i < pos.size();) {
-      size_t j = i + 1;
-      while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
-      PutVarint(*out, pos[i] - prev_end);
-      PutVarint(*out, j - i - 1);
-      prev_end = uint64_t{pos[j - 1]} + 1;
-      i = j;
+    case LocationMethod::kRanges: {
+      PutVarint(*out, c.runs);
+      uint64_t prev_end = block_start;
+      for (size_t i = 0; i < pos.size();) {
+        size_t j = i + 1;
+        while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
+        PutVarint(*out, pos[i] - prev_end);
+        PutVarint(*out, j - i - 1);
+        prev_end = uint64_t{pos[j - 1]} + 1;
+        i = j;
+      }
+      break;
     }
+  }
+}
+
+// Calls fn(block positions, block start, block length) for every block of a chunk.
+template <typename Fn>
+void ForEachBlock(std::span<const uint32_t> positions, uint64_t count, int block_log2, Fn&& fn) {
+  const uint64_t block = 1ull << block_log2;
+  size_t i = 0;
+  for (uint64_t start = 0; start < count; start += block) {
+    const uint64_t len = std::min(block, count - start);
+    size_t j = i;
+    while (j < positions.size() && positions[j] < start + len) ++j;
+    fn(positions.subspan(i, j - i), start, len);
+    i = j;
   }
 }
 
@@ -104,15 +135,17 @@ Status BlockError(uint64_t block, const std::string& what) {
 
 void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,
                      std::vector<uint8_t>* out) {
-  const uint64_t block = 1ull << block_log2;
-  size_t i = 0;
-  for (uint64_t start = 0; start < count; start += block) {
-    uint64_t len = std::min(block, count - start);
-    size_t j = i;
-    while (j < positions.size() && positions[j] < start + len) ++j;
-    EncodeBlock(positions.subspan(i, j - i), start, len, out);
-    i = j;
-  }
+  ForEachBlock(positions, count, block_log2,
+               [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) { EncodeBlock(pos, start, len, out); });
+}
+
+uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+  uint64_t bytes = 0;
+  ForEachBlock(positions, count, block_log2, [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) {
+    bytes += static_cast<uint64_t>(VarintSize(pos.size()));
+    if (!pos.empty()) bytes += 1 + ChooseBlock(pos, start, len).bytes;
+  });
+  return bytes;
 }
 
 Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,

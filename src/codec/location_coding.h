@@ -19,6 +19,9 @@ enum class LocationMethod : uint8_t { kRice = 0, kBitmap = 1, kRanges = 2 };
 void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,
                      std::vector<uint8_t>* out);
 
+// The size in bytes of what EncodeLocations would append, without writing it.
+uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2);
+
 // Decodes the code in `in` for a chunk of `count` elements that must hold exactly `expected`
 // positions. Fails with kCorrupt on any malformed input; never reads outside `in`.
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,

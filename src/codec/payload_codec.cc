@@ -52,8 +52,10 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   PutVarint(table_, spec.start);
   PutVarint(table_, spec.count);
   PutVarint(table_, changes.size());
-  EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
-  if (options_.context != EncodeOptions::Context::kNever) {
+  // With context mode possible, the plain code is written in Finish only if it is chosen.
+  if (options_.context == EncodeOptions::Context::kNever) {
+    EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
+  } else {
     context_segments_.push_back({spec.dtype, base});
     position_ends_.push_back(positions_.size() + changes.size());
     positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());
@@ -81,17 +83,24 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
       from = end;
     }
     context_raw_.clear();
-    EncodeContextLocations(context_segments_, per_segment, &context_raw_);
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_);
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
-    // code can exceed it (small segments with many classes, every element changed), so even
-    // kAlways keeps plain mode then.
-    uint64_t loc_bound = 0;
-    for (const ContextSegment& seg : context_segments_)
-      loc_bound += MaxLocationBytes(seg.base.size() / DTypeWidth(seg.dtype), options_.block_log2);
+    // code could exceed it, so even kAlways keeps plain mode then.
+    uint64_t loc_bound = 0, plain_bytes = 0;
+    for (size_t i = 0; i < context_segments_.size(); ++i) {
+      const uint64_t count = context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype);
+      loc_bound += MaxLocationBytes(count, options_.block_log2);
+      if (options_.context != EncodeOptions::Context::kAlways)
+        plain_bytes += LocationCodeBytes(per_segment[i], count, options_.block_log2);
+    }
     if (context_raw_.size() <= loc_bound &&
-        (options_.context == EncodeOptions::Context::kAlways || context_raw_.size() < loc_raw_.size())) {
-      mode = CodecMode::kContext;
+        (options_.context == EncodeOptions::Context::kAlways || context_raw_.size() < plain_bytes)) {
+      mode = CodecMode::kContextBands;
       loc_raw_.swap(context_raw_);
+    } else {
+      for (size_t i = 0; i < context_segments_.size(); ++i)
+        EncodeLocations(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
+                        options_.block_log2, &loc_raw_);
     }
   }
   const size_t loc_at = out->size();
@@ -150,7 +159,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (version != kPayloadFormatVersion)
     return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +
                        std::to_string(kPayloadFormatVersion) + ")");
-  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContext)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
+  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextBands)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
   const int block_log2 = h[kOffBlockLog2];
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
   if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffman))
@@ -239,7 +248,7 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   }
   DCR_RETURN_IF_ERROR(DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section"));
 
-  if (layout.mode == CodecMode::kContext) {
+  if (NeedsOldBits(layout.mode)) {
     if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
     std::vector<ContextSegment> segs(nseg);
     for (size_t i = 0; i < nseg; ++i) {
@@ -249,7 +258,10 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
                         std::to_string(layout.segments[i].count) + " elements");
       segs[i] = {layout.segments[i].dtype, old};
     }
-    return DecodeContextLocations(loc, segs, layout.changed, position_outs).WithContext("payload location section");
+    const Status s = layout.mode == CodecMode::kContext
+                         ? DecodeContextLocations(loc, segs, layout.changed, position_outs)
+                         : DecodeBandedLocations(loc, segs, layout.changed, position_outs);
+    return s.WithContext("payload location section");
   }
   std::span<const uint8_t> loc_rest(loc);
   for (size_t i = 0; i < nseg; ++i) {

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "codec/diff.h"
+#include "codec/band_context.h"
 #include "codec/context_coding.h"
 #include "codec/location_coding.h"
 #include "codec/section_coding.h"
@@ -36,8 +37,11 @@ inline constexpr uint64_t kMaxSegmentElements = UINT32_MAX;
 
 enum class CodecMode : uint8_t {
   kPlain = 0,    // decoding needs no old bits (applying an XOR does)
-  kContext = 1,  // locations are coded per class of old value: decoding reads the old bits
+  kContext = 1,       // per exponent value (context_coding.h); read, no longer written
+  kContextBands = 2,  // per fitted exponent band (band_context.h): decoding reads the old bits
 };
+// Whether decoding a payload of this mode needs the receiver's old bits.
+inline bool NeedsOldBits(CodecMode m) { return m != CodecMode::kPlain; }
 
 // Who sent a payload and where it sits in its transfer; a retry resends identical bytes.
 struct PayloadIdentity {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "codec/bit_stream.h"
-#include "codec/context_coding.h"
+#include "codec/band_context.h"
 #include "codec/payload_codec.h"
 #include "codec/section_coding.h"
 #include "format/checkpoint.h"
@@ -349,7 +349,7 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
       {"base_tags not hex", [](Json& f) { f["base_tags"] = std::string(f["base_tags"].get<std::string>().size(), 'g'); }, StatusCode::kCorrupt},
       {"base_tags missing", [](Json& f) { f.erase("base_tags"); }, StatusCode::kCorrupt},
       {"format name", [](Json& f) { f["format"] = "other"; }, StatusCode::kCorrupt},
-      {"version 3", [](Json& f) { f["version"] = 3; }, StatusCode::kUnsupported},
+      {"version 4", [](Json& f) { f["version"] = 4; }, StatusCode::kUnsupported},
       {"version 0", [](Json& f) { f["version"] = 0; }, StatusCode::kUnsupported},
       {"version 1 without tags", [](Json& f) { f["version"] = 1; }, StatusCode::kCorrupt},
       {"missing payloads", [](Json& f) { f.erase("payloads"); }, StatusCode::kCorrupt},
@@ -525,7 +525,7 @@ TEST_F(DeltaRefusal, ContextDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
   for (size_t i = 0; i < r->header().payloads.size(); ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(r->PayloadBytes(i), &l).ok());
-    context_payloads += l.mode == CodecMode::kContext;
+    context_payloads += l.mode == CodecMode::kContextBands;
   }
   ASSERT_GT(context_payloads, 0u);
   // The target already holds the next bits (a second apply).
@@ -552,7 +552,7 @@ TEST_F(DeltaRefusal, ContextDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
   ExpectRefusedUnchanged(ctx, target_, StatusCode::kWrongBase);
 }
 
-TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingClassCodesAreCorruptAndTargetUnchanged) {
+TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingBandCodesAreCorruptAndTargetUnchanged) {
   DiffOptions opt;
   opt.chunk_bytes = 1024;
   opt.encode.context = EncodeOptions::Context::kAlways;
@@ -569,38 +569,34 @@ TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingClassCodesAreCorruptAn
     bytes[e.offset + e.length / 2] ^= 0x10;
     ExpectRefusedUnchanged(bytes, StatusCode::kCorrupt, "flipped byte");
   }
-  // Re-signed context payloads with edited class tables (docs/format.md §2.6: varint C, then C ×
-  // {u8 id, varint k, u8 r}, then the Rice bits).
+  // Re-signed context payloads with edited band tables (docs/format.md §2.7: u8 K, K-1
+  // thresholds, per band varint k and (when k > 0) u8 r, then the Rice bits). Changes here do not
+  // depend on the exponent, so the encoder fits one band: [1, k, r, bits...]. Edits of the
+  // thresholds of several bands are covered by codec_band_hostile_test.
   int edited = 0;
   for (size_t i = 0; i < payloads.size() && edited < 6; ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(payloads[i].bytes, &l).ok());
-    if (l.mode != CodecMode::kContext) continue;
+    if (l.mode != CodecMode::kContextBands) continue;
     std::vector<uint8_t> raw;
     ASSERT_TRUE(DecompressSection(l.loc_codec, l.loc_stored, l.loc_raw, &raw).ok());
-    ByteReader rd(raw);
-    uint64_t classes = 0;
-    ASSERT_TRUE(rd.ReadVarint(&classes));
-    if (classes < 2) continue;
-    uint8_t id0 = 0, rice0 = 0, id1 = 0;
-    uint64_t k0 = 0;
-    ASSERT_TRUE(rd.ReadByte(&id0) && rd.ReadVarint(&k0) && rd.ReadByte(&rice0) && rd.ReadByte(&id1));
-    if (k0 >= 127) continue;  // keep the edits to one-byte varints
-    const size_t at_id0 = 1, at_k0 = 2, at_rice0 = 3, at_id1 = 4;
+    if (raw[0] != 1 || raw[1] < 2 || raw[1] >= 127) continue;  // one band; a one-byte count >= 2
     struct Edit {
       const char* what;
+      const std::vector<uint8_t>* code;
       std::function<void(std::vector<uint8_t>&)> apply;
     };
     const std::vector<Edit> edits = {
-        {"no classes", [](std::vector<uint8_t>& c) { c[0] = 0; }},
-        {"class ids not ascending", [&](std::vector<uint8_t>& c) { c[at_id1] = c[at_id0]; }},
-        {"first class count + 1", [&](std::vector<uint8_t>& c) { c[at_k0] += 1; }},
-        {"rice 31", [&](std::vector<uint8_t>& c) { c[at_rice0] = 31; }},
-        {"trailing byte", [](std::vector<uint8_t>& c) { c.push_back(0); }},
-        {"last byte missing", [](std::vector<uint8_t>& c) { c.pop_back(); }},
+        {"no bands", &raw, [](std::vector<uint8_t>& c) { c[0] = 0; }},
+        {"nine bands", &raw, [](std::vector<uint8_t>& c) { c[0] = 9; }},
+        {"band count + 1", &raw, [](std::vector<uint8_t>& c) { c[1] += 1; }},
+        {"band count - 1", &raw, [](std::vector<uint8_t>& c) { c[1] -= 1; }},
+        {"rice 31", &raw, [](std::vector<uint8_t>& c) { c[2] = 31; }},
+        {"trailing byte", &raw, [](std::vector<uint8_t>& c) { c.push_back(0); }},
+        {"last byte missing", &raw, [](std::vector<uint8_t>& c) { c.pop_back(); }},
     };
     for (const Edit& e : edits) {
-      auto loc = raw;
+      auto loc = *e.code;
       e.apply(loc);
       auto q = payloads;
       q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
@@ -608,29 +604,12 @@ TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingClassCodesAreCorruptAn
       SetPayloads(parts, q);
       ExpectRefusedUnchanged(Join(parts), StatusCode::kCorrupt, std::string(e.what) + " in payload " + std::to_string(i));
     }
-    // One change moved from the first class to the second keeps the total: refused, by the
-    // structural checks or by the target digest.
-    if (k0 > 1) {
-      auto loc = raw;
-      loc[at_k0] -= 1;
-      ByteReader r2(std::span<const uint8_t>(loc).subspan(at_id1 + 1));
-      uint64_t k1 = 0;
-      ASSERT_TRUE(r2.ReadVarint(&k1));
-      if (k1 < 127) {
-        loc[at_id1 + 1] += 1;
-        auto q = payloads;
-        q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
-        DeltaParts parts = Split(file);
-        SetPayloads(parts, q);
-        ExpectRefusedUnchanged(Join(parts), StatusCode::kCorrupt, "moved change in payload " + std::to_string(i));
-      }
-    }
     ++edited;
   }
   EXPECT_GT(edited, 0);
 }
 
-// A context payload re-signed with a well-formed class code for other positions (one change moved
+// A context payload re-signed with a well-formed band code for other positions (one change moved
 // to an unchanged neighbour): it decodes, and only the target digest refuses it.
 TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDigestAndTargetUnchanged) {
   DiffOptions opt;
@@ -650,7 +629,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
   for (size_t i = 0; i < payloads.size() && tried < 3; ++i) {
     DecodedPayload d;
     ASSERT_TRUE(DecodePayload(payloads[i].bytes, &d, lookup).ok());
-    if (d.mode != CodecMode::kContext) continue;
+    if (d.mode != CodecMode::kContextBands) continue;
     // Move the first change whose next element is unchanged.
     std::vector<std::vector<uint32_t>> positions;
     std::vector<ContextSegment> segs;
@@ -665,7 +644,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
     ASSERT_TRUE(moved);
     std::vector<std::span<const uint32_t>> views(positions.begin(), positions.end());
     std::vector<uint8_t> loc;
-    EncodeContextLocations(segs, views, &loc);
+    EncodeBandedLocations(segs, views, &loc);
     auto q = payloads;
     q[i].bytes = WithRawLocationSection(payloads[i].bytes, loc);
     DecodedPayload e;

@@ -105,6 +105,26 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenDecode,
                          ::testing::Combine(::testing::Range(kMinDeltaFormatVersion, kDeltaFormatVersion + 1),
                                             ::testing::ValuesIn(kGoldenDeltas)));
 
+// context.dcr exercises the context mode its version writes: mode 1 (one class per exponent
+// value) up to format 2, banded mode 2 from format 3, so both decoders stay pinned.
+TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
+  for (uint32_t version = kMinDeltaFormatVersion; version <= kDeltaFormatVersion; ++version) {
+    auto delta = DeltaReader::Open((GoldenDir(version) / "context.dcr").string());
+    ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+    const CodecMode want = version >= 3 ? CodecMode::kContextBands : CodecMode::kContext;
+    size_t context = 0;
+    for (size_t i = 0; i < delta->header().payloads.size(); ++i) {
+      PayloadLayout layout;
+      ASSERT_TRUE(ParsePayload(delta->PayloadBytes(i), &layout).ok());
+      if (layout.mode != CodecMode::kPlain) {
+        EXPECT_EQ(layout.mode, want) << "format " << version << " payload " << i;
+        ++context;
+      }
+    }
+    EXPECT_GT(context, 0u) << "format " << version;
+  }
+}
+
 // The current version's encoder still writes its golden files byte for byte (a format change
 // needs a new version).
 TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {

@@ -656,14 +656,14 @@ TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneT
         EXPECT_EQ(da.segments[k].changes.positions, dn.segments[k].changes.positions) << tag << " payload " << i;
         EXPECT_EQ(da.segments[k].changes.values, dn.segments[k].changes.values) << tag << " payload " << i;
       }
-      if (la.mode == CodecMode::kContext) {
+      if (la.mode == CodecMode::kContextBands) {
         ++context_payloads;
         // Without the old bits (a tool that only reads the delta) it cannot be decoded.
         DecodedPayload none;
         EXPECT_EQ(DecodeTablePayload(*always, i, &none).code(), StatusCode::kUnsupported);
       }
     }
-    // kAlways falls back to plain only for payloads whose class code exceeds the location limit.
+    // kAlways falls back to plain only for payloads whose band code exceeds the location limit.
     EXPECT_GT(context_payloads, np / 2) << tag;
   }
 }

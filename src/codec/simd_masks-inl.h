@@ -1,0 +1,134 @@
+// Per-target SIMD mask kernels (simd_masks.h). Included by files compiled once per Highway target
+// (foreach_target.h), so that the kernels inline into their per-target callers; the include-guard
+// toggling is Highway's convention for such headers.
+#if defined(DCR_CODEC_SIMD_MASKS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DCR_CODEC_SIMD_MASKS_INL_H_
+#undef DCR_CODEC_SIMD_MASKS_INL_H_
+#else
+#define DCR_CODEC_SIMD_MASKS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Compiled with this target's flags (POPCNT on x86 targets from SSE4 up; a portable fallback on
+// the baseline target), unlike std::popcount in code built for baseline x86-64.
+HWY_INLINE int PopCount64(uint64_t x) { return __builtin_popcountll(x); }
+
+// The mask of one vector as the low Lanes(d) bits of a word. The word is read back with the
+// size StoreMaskBits wrote, so the load is forwarded from the store (a wider load would stall).
+template <class D, class M>
+HWY_INLINE uint64_t MaskWord(D d, M m) {
+  constexpr size_t kBytes = (hn::MaxLanes(D()) + 7) / 8;  // <= 8: at most 64 lanes (Tag64)
+  uint8_t bytes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  hn::StoreMaskBits(d, m, bytes);
+  uint64_t w = 0;
+  std::memcpy(&w, bytes, kBytes);
+  const size_t n = hn::Lanes(d);
+  return n >= 64 ? w : w & ((uint64_t{1} << n) - 1);
+}
+
+// At most 64 lanes, so that whole vectors tile a 64-element word on every target (SVE included).
+template <typename T>
+using Tag64 = hn::CappedTag<T, 64>;
+
+template <typename T>
+size_t DifferMasksT(const uint8_t* a_bytes, const uint8_t* b_bytes, size_t count, uint64_t* masks) {
+  const Tag64<T> d;
+  const size_t n = hn::Lanes(d);
+  const T* a = reinterpret_cast<const T*>(a_bytes);
+  const T* b = reinterpret_cast<const T*>(b_bytes);
+  const size_t words = count / 64;
+  size_t differ = 0;
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t word = 0;
+    for (size_t i = 0; i < 64; i += n)
+      word |= MaskWord(d, hn::Ne(hn::LoadU(d, a + 64 * w + i), hn::LoadU(d, b + 64 * w + i))) << i;
+    masks[w] = word;
+    differ += static_cast<size_t>(PopCount64(word));
+  }
+  if (count % 64 != 0) {
+    uint64_t word = 0;
+    for (size_t i = 64 * words; i < count; ++i) {
+      T x, y;
+      std::memcpy(&x, a_bytes + i * sizeof(T), sizeof(T));
+      std::memcpy(&y, b_bytes + i * sizeof(T), sizeof(T));
+      word |= static_cast<uint64_t>(x != y) << (i % 64);
+    }
+    masks[words] = word;
+    differ += static_cast<size_t>(PopCount64(word));
+  }
+  return differ;
+}
+
+HWY_INLINE size_t DifferMasksAnyWidth(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks) {
+  switch (width) {
+    case 1: return DifferMasksT<uint8_t>(a, b, count, masks);
+    case 2: return DifferMasksT<uint16_t>(a, b, count, masks);
+    case 4: return DifferMasksT<uint32_t>(a, b, count, masks);
+    default: return DifferMasksT<uint64_t>(a, b, count, masks);
+  }
+}
+
+// Scalar class masks: the tail of a run, and 1- and 8-byte elements (FP8, F64, integers), which
+// are rare in weights.
+template <typename T>
+void ClassAtLeastMasksScalar(const uint8_t* bytes, size_t from, size_t count, int shift, uint32_t class_mask,
+                             const uint8_t* t, int k, size_t words, uint64_t* out) {
+  for (size_t j = from; j < count; ++j) {
+    if (j % 64 == 0 || j == from)
+      for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + j / 64] = 0;
+    T v;
+    std::memcpy(&v, bytes + j * sizeof(T), sizeof(T));
+    const uint32_t c = static_cast<uint32_t>(v >> shift) & class_mask;
+    for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + j / 64] |= static_cast<uint64_t>(c >= t[i]) << (j % 64);
+  }
+}
+
+// Classes are at most 8 bits, so comparing them as signed lanes of the element's width is exact.
+template <typename T>
+void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
+                        uint64_t* out) {
+  using TI = hwy::MakeSigned<T>;
+  const Tag64<T> d;
+  const hn::Rebind<TI, Tag64<T>> di;
+  const size_t n = hn::Lanes(d);
+  const T* e = reinterpret_cast<const T*>(bytes);
+  const size_t words = (count + 63) / 64, full = count / 64;
+  const auto cmask = hn::Set(d, static_cast<T>(class_mask));
+  hn::Vec<decltype(di)> below[7];  // class >= t  <=>  class > t - 1
+  for (int i = 0; i < k; ++i) below[i] = hn::Set(di, static_cast<TI>(t[i] - 1));
+  for (size_t w = 0; w < full; ++w) {
+    uint64_t word[7] = {0, 0, 0, 0, 0, 0, 0};
+    for (size_t j = 0; j < 64; j += n) {
+      const auto c = hn::BitCast(di, hn::And(hn::ShiftRightSame(hn::LoadU(d, e + 64 * w + j), shift), cmask));
+      for (int i = 0; i < k; ++i) word[i] |= MaskWord(di, hn::Gt(c, below[i])) << j;
+    }
+    for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+  }
+  ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, k, words, out);
+}
+
+HWY_INLINE void ClassAtLeastMasksAnyWidth(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm,
+                                          const uint8_t* t, int k, uint64_t* out) {
+  const size_t words = (count + 63) / 64;
+  switch (width) {
+    case 1: return ClassAtLeastMasksScalar<uint8_t>(e, 0, count, shift, cm, t, k, words, out);
+    case 2: return ClassAtLeastMasksT<uint16_t>(e, count, shift, cm, t, k, out);
+    case 4: return ClassAtLeastMasksT<uint32_t>(e, count, shift, cm, t, k, out);
+    default: return ClassAtLeastMasksScalar<uint64_t>(e, 0, count, shift, cm, t, k, words, out);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,51 @@
+// Highway dynamic dispatch: this file is compiled once per target by foreach_target.h; the
+// HWY_ONCE part at the end holds the dispatching entry points.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "codec/simd_masks.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "codec/simd_masks-inl.h"
+#include "codec/simd_masks.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+
+size_t DifferMasksImpl(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks) {
+  return DifferMasksAnyWidth(a, b, width, count, masks);
+}
+void ClassAtLeastMasksImpl(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm, const uint8_t* t,
+                           int k, uint64_t* out) {
+  ClassAtLeastMasksAnyWidth(e, width, count, shift, cm, t, k, out);
+}
+int64_t TargetOfThisCode() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dcr {
+
+HWY_EXPORT(DifferMasksImpl);
+HWY_EXPORT(ClassAtLeastMasksImpl);
+HWY_EXPORT(TargetOfThisCode);
+
+size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks) {
+  return HWY_DYNAMIC_DISPATCH(DifferMasksImpl)(a, b, width, count, masks);
+}
+
+void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,
+                       const uint8_t* thresholds, int k, uint64_t* out) {
+  HWY_DYNAMIC_DISPATCH(ClassAtLeastMasksImpl)(elems, width, count, shift, class_mask, thresholds, k, out);
+}
+
+std::vector<int64_t> CompiledSimdTargets() { return hwy::SupportedAndGeneratedTargets(); }
+void ForceSimdTarget(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+const char* SimdTargetName(int64_t target) { return hwy::TargetName(target); }
+const char* ActiveSimdTargetName() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOfThisCode)()); }
+
+}  // namespace dcr
+#endif  // HWY_ONCE

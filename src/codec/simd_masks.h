@@ -1,0 +1,36 @@
+// SIMD predicate kernels of the codec: each turns a run of fixed-width elements into bit masks,
+// one bit per element, 64 elements per word (element i -> bit i % 64 of word i / 64). Compiled for
+// every Highway target of the platform (SSE2..AVX-512 on x86-64, NEON/SVE on aarch64, portable
+// scalar everywhere) and dispatched at run time to the best one the CPU has. Every target gives
+// bit-identical masks (simd_masks_test checks each compiled target against a scalar model).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dcr {
+
+// Elements handled per kernel call by callers that tile their loops (a multiple of 64).
+inline constexpr size_t kMaskTileElements = 4096;
+
+// masks[w] bit j = (element 64w + j of `a` differs bitwise from the same element of `b`), for
+// `count` elements of `width` (1, 2, 4, 8) bytes. Writes ceil(count / 64) words; bits past
+// `count` in the last word are 0. Returns the number of set bits (differing elements).
+size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks);
+
+// For thresholds t[0] < t[1] < ... < t[k-1] (k <= 7, each 1..255) and an element class
+// c(v) = (v >> shift) & class_mask (class_mask <= 0xff): out[i * words + w] bit j =
+// (c(element 64w + j) >= t[i]), where words = ceil(count / 64). Bits past `count` are 0.
+void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,
+                       const uint8_t* thresholds, int k, uint64_t* out);
+
+// The Highway targets compiled in, for tests: each can be forced with ForceSimdTarget, and 0
+// restores the normal choice (best supported).
+std::vector<int64_t> CompiledSimdTargets();
+void ForceSimdTarget(int64_t target);
+const char* SimdTargetName(int64_t target);
+// The target a kernel call would run on now.
+const char* ActiveSimdTargetName();
+
+}  // namespace dcr
