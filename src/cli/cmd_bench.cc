@@ -75,7 +75,7 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
   };
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(delta.header().payloads.size(), threads, [&](size_t i) {
-    DecodedPayload p;
+    thread_local DecodedPayload p;  // reused, as a receiver's decoder thread would
     DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup));
     for (const auto& seg : p.segments) DCR_RETURN_IF_ERROR(ApplySegment(seg, work[seg.spec.tensor_index]));
     return Status::Ok();

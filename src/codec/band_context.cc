@@ -92,15 +92,16 @@ HWY_INLINE int SelectBit(uint64_t mask, uint64_t j) {
 // Places each band's changed ordinals back at positions. Returns false if a segment would get
 // more than expected[s]; *cursor[b] = ordinals of band b placed (fewer than listed when an
 // ordinal lies past the band's population).
-bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::vector<std::vector<uint64_t>>& ordinals, std::span<const uint64_t> expected,
+// Band b's ordinals are ordinals[offset[b] .. offset[b] + count[b]).
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands, const uint64_t* ordinals,
+                    const BandWords& offset, const BandWords& count, std::span<const uint64_t> expected,
                     std::span<std::vector<uint32_t>* const> positions, std::array<size_t, kMaxContextBands>* cursor) {
   // Per band: the next changed ordinal (UINT64_MAX once all are placed), and the list's cursor
   // and end, kept in locals so the per-word loop does not reload them through the vectors.
   BandWords target;
   std::array<const uint64_t*, kMaxContextBands> at{}, end{};
   for (size_t b = 0; b < kMaxContextBands; ++b) {
-    if (b < ordinals.size()) at[b] = ordinals[b].data(), end[b] = ordinals[b].data() + ordinals[b].size();
+    at[b] = ordinals + offset[b], end[b] = at[b] + count[b];
     target[b] = at[b] != end[b] ? *at[b] : UINT64_MAX;
   }
   const size_t k = static_cast<size_t>(bands.k);
@@ -123,7 +124,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
     }
     for (; hits != 0; hits &= hits - 1) out.push_back(static_cast<uint32_t>(first + static_cast<uint64_t>(__builtin_ctzll(hits))));
   });
-  for (size_t b = 0; b < kMaxContextBands; ++b) (*cursor)[b] = b < ordinals.size() ? static_cast<size_t>(at[b] - ordinals[b].data()) : 0;
+  for (size_t b = 0; b < kMaxContextBands; ++b) (*cursor)[b] = static_cast<size_t>(at[b] - (ordinals + offset[b]));
   return !overflow;
 }
 
@@ -143,6 +144,14 @@ namespace {
 
 constexpr int kMaxRice = 30;
 
+// A per-thread buffer of at least n words, reused across payloads: a fresh buffer of this size
+// (8 bytes per change) would be page-faulted in for every payload.
+std::vector<uint64_t>& ScratchWords(uint64_t n) {
+  thread_local std::vector<uint64_t> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch;
+}
+
 uint64_t RiceBits(std::span<const uint64_t> gaps, int r) {
   uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1);
   for (uint64_t g : gaps) bits += g >> r;
@@ -157,7 +166,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
   const size_t k = static_cast<size_t>(fit.bands.k);
   std::array<uint64_t, kMaxContextBands> offset{}, population;
   for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
-  std::vector<uint64_t> gaps(offset[kMaxContextBands - 1] + fit.changes[kMaxContextBands - 1]);
+  std::vector<uint64_t>& gaps = ScratchWords(offset[kMaxContextBands - 1] + fit.changes[kMaxContextBands - 1]);
   HWY_DYNAMIC_DISPATCH(EncodeBandWalk)(segs, positions, fit.bands, offset, gaps.data(), &population);
 
   out->push_back(static_cast<uint8_t>(k));
@@ -217,19 +226,22 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
 
-  // Changed ordinals per band, ascending; memory bounded by the payload's change count.
-  std::vector<std::vector<uint64_t>> ordinals(k8);
+  // Changed ordinals, band after band, ascending within a band; memory bounded by the payload's
+  // change count.
+  std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
+  std::array<uint64_t, kMaxContextBands> offset{};
+  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1];
   BitReader bits(r.Rest());
   for (size_t b = 0; b < k8; ++b) {
     const int rb = rice[b];
-    ordinals[b].reserve(count[b]);
+    uint64_t* o = ordinals.data() + offset[b];
     uint64_t next = 0;
     for (uint64_t j = 0; j < count[b]; ++j) {
       const uint64_t q = bits.GetUnary(total_elements >> rb);
       const uint64_t g = (q << rb) | (rb > 0 ? bits.Get(rb) : 0);
       if (bits.overrun() || g >= total_elements || next + g >= total_elements)
         return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-      ordinals[b].push_back(next + g);
+      o[j] = next + g;
       next += g + 1;
     }
   }
@@ -240,7 +252,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     positions[s]->reserve(expected[s]);
   }
   std::array<size_t, kMaxContextBands> placed;
-  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, expected, positions, &placed))
+  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals.data(), offset, count, expected, positions, &placed))
     return Corrupt("banded context code: a segment has more changes than its table entry");
   for (size_t b = 0; b < k8; ++b)
     if (placed[b] != count[b])

@@ -72,6 +72,12 @@ struct EncodeOptions {
 class PayloadBuilder {
  public:
   explicit PayloadBuilder(const EncodeOptions& options = {}) : options_(options) {}
+  // Changes the options of an empty builder (between Finish and the next Add*), keeping its
+  // buffers.
+  void set_options(const EncodeOptions& options) {
+    DCR_CHECK(segments_ == 0);
+    options_ = options;
+  }
 
   // Diffs base vs next (the segment's bytes in both) and adds the segment if anything changed.
   // Returns the number of changed elements. Unless context is kNever, `base` must stay valid until

@@ -64,7 +64,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   out->bytes.clear();
   out->changed = 0;
   out->digest_deltas.clear();
-  PayloadBuilder builder(encode);
+  // One builder per thread, reused: its buffers (a few bytes per change) stay mapped, where fresh
+  // ones would be page-faulted in for every payload.
+  thread_local PayloadBuilder builder;
+  builder.set_options(encode);
   for (const PlannedSegment& seg : segments) {
     DCR_CHECK(seg.tensor < base.size() && seg.tensor < next.size());
     const TensorRef& b = base[seg.tensor];
@@ -78,16 +81,8 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
                         x.bytes.subspan(seg.start * w, seg.count * w)) == 0)
       continue;
     // Target digest = base digest + the changes: O(changed elements).
-    const ChangeSet& changes = builder.last_changes();
-    const uint64_t key = TensorKey(b.name());
-    Digest128 d;
-    for (size_t k = 0; k < changes.size(); ++k) {
-      const uint64_t idx = seg.start + changes.positions[k];
-      uint64_t old_bits = 0, new_bits = 0;
-      std::memcpy(&old_bits, b.bytes.data() + idx * w, w);
-      std::memcpy(&new_bits, x.bytes.data() + idx * w, w);
-      DigestUpdate(&d, key, idx, old_bits, new_bits);
-    }
+    const Digest128 d = DigestChanges(TensorKey(b.name()), seg.start, builder.last_changes().positions,
+                                      b.bytes.data() + seg.start * w, x.bytes.data() + seg.start * w, w);
     // Segments of one tensor are adjacent in a plan: merge them into one entry per tensor.
     if (!out->digest_deltas.empty() && out->digest_deltas.back().first == seg.tensor)
       out->digest_deltas.back().second += d;

@@ -193,6 +193,27 @@ TEST(StateDigest, IncrementalUpdateEqualsFullRecomputation) {
   }
 }
 
+TEST(StateDigest, DigestChangesOfASubrangeEqualsTheDifferenceOfFullDigests) {
+  std::mt19937_64 rng(5);
+  for (uint32_t w : {1u, 2u, 4u, 8u}) {
+    for (size_t changes : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{300}}) {
+      const size_t n = 4000, first = 1000;  // the changes lie in elements [first, n)
+      std::vector<uint8_t> base(n * w), next;
+      for (auto& b : base) b = static_cast<uint8_t>(rng());
+      next = base;
+      std::vector<uint32_t> positions;  // relative to `first`, ascending, unique
+      for (size_t i = 0; i < n - first && positions.size() < changes; ++i)
+        if (rng() % 8 == 0) positions.push_back(static_cast<uint32_t>(i));
+      for (uint32_t p : positions) next[(first + p) * w] ^= static_cast<uint8_t>(1 + rng() % 255);
+      const uint64_t key = TensorKey("t");
+      Digest128 want = DigestElements(key, next, w, 0);
+      want -= DigestElements(key, base, w, 0);
+      EXPECT_EQ(DigestChanges(key, first, positions, base.data() + first * w, next.data() + first * w, w), want)
+          << "width " << w << ", " << positions.size() << " changes";
+    }
+  }
+}
+
 TEST(StateDigest, SumDoesNotDependOnOrderOrGrouping) {
   std::mt19937_64 rng(4);
   const uint32_t w = 2;
