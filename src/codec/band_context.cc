@@ -89,42 +89,49 @@ HWY_INLINE int SelectBit(uint64_t mask, uint64_t j) {
 #endif
 }
 
-// Places each band's changed ordinals back at positions. Returns false if a segment would get
-// more than expected[s]; *cursor[b] = ordinals of band b placed (fewer than listed when an
-// ordinal lies past the band's population).
-// Band b's ordinals are ordinals[offset[b] .. offset[b] + count[b]).
+// Places each band's changed ordinals back at positions: band b's are ordinals[offset[b] ..
+// offset[b] + count[b]), followed by a UINT64_MAX sentinel. positions[s] must hold expected[s]
+// slots. Returns false if a segment would get more than expected[s]; *placed[b] = ordinals of
+// band b placed (fewer than count[b] when an ordinal lies past the band's population); *filled[s]
+// = positions written to segment s.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands, const uint64_t* ordinals,
-                    const BandWords& offset, const BandWords& count, std::span<const uint64_t> expected,
-                    std::span<std::vector<uint32_t>* const> positions, std::array<size_t, kMaxContextBands>* cursor) {
-  // Per band: the next changed ordinal (UINT64_MAX once all are placed), and the list's cursor
-  // and end, kept in locals so the per-word loop does not reload them through the vectors.
+                    const BandWords& offset, std::span<const uint64_t> expected,
+                    std::span<std::vector<uint32_t>* const> positions, std::array<size_t, kMaxContextBands>* placed,
+                    std::vector<uint64_t>* filled) {
+  // Per band: a cursor into its ordinals and the next one (the sentinel once all are placed).
   BandWords target;
-  std::array<const uint64_t*, kMaxContextBands> at{}, end{};
-  for (size_t b = 0; b < kMaxContextBands; ++b) {
-    at[b] = ordinals + offset[b], end[b] = at[b] + count[b];
-    target[b] = at[b] != end[b] ? *at[b] : UINT64_MAX;
-  }
+  std::array<const uint64_t*, kMaxContextBands> at{};
+  for (size_t b = 0; b < kMaxContextBands; ++b) at[b] = ordinals + offset[b], target[b] = *at[b];
   const size_t k = static_cast<size_t>(bands.k);
   bool overflow = false;
   BandWords run{};
+  uint32_t* out = nullptr;
+  uint64_t room = 0;  // free slots of the current segment
+  size_t seg = SIZE_MAX;
   WalkBands(segs, bands, &run, [&](size_t s, uint64_t first, const BandWords& mask, const BandWords& before) {
+    if (s != seg) {
+      if (seg != SIZE_MAX) (*filled)[seg] = expected[seg] - room;
+      seg = s, out = positions[s]->data(), room = expected[s];
+    }
     uint64_t hits = 0;
     for (size_t b = 0; b < k; ++b) {
       const uint64_t stop = before[b] + static_cast<uint64_t>(PopCount64(mask[b]));
       while (target[b] < stop) {
         hits |= uint64_t{1} << SelectBit(mask[b], target[b] - before[b]);
-        target[b] = ++at[b] != end[b] ? *at[b] : UINT64_MAX;
+        target[b] = *++at[b];
       }
     }
-    if (hits == 0) return;
-    std::vector<uint32_t>& out = *positions[s];
-    if (out.size() + static_cast<uint64_t>(PopCount64(hits)) > expected[s]) {
+    if (hits == 0 || overflow) return;
+    const uint64_t n = static_cast<uint64_t>(PopCount64(hits));
+    if (n > room) {
       overflow = true;
       return;
     }
-    for (; hits != 0; hits &= hits - 1) out.push_back(static_cast<uint32_t>(first + static_cast<uint64_t>(__builtin_ctzll(hits))));
+    room -= n;
+    for (; hits != 0; hits &= hits - 1) *out++ = static_cast<uint32_t>(first + static_cast<uint64_t>(__builtin_ctzll(hits)));
   });
-  for (size_t b = 0; b < kMaxContextBands; ++b) (*cursor)[b] = static_cast<size_t>(at[b] - (ordinals + offset[b]));
+  if (seg != SIZE_MAX) (*filled)[seg] = expected[seg] - room;
+  for (size_t b = 0; b < kMaxContextBands; ++b) (*placed)[b] = static_cast<size_t>(at[b] - (ordinals + offset[b]));
   return !overflow;
 }
 
@@ -226,13 +233,13 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
 
-  // Changed ordinals, band after band, ascending within a band; memory bounded by the payload's
-  // change count.
-  std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
+  // Changed ordinals, band after band, ascending within a band, each band followed by a
+  // UINT64_MAX sentinel; memory bounded by the payload's change count.
+  std::vector<uint64_t>& ordinals = ScratchWords(total_expected + kMaxContextBands);
   std::array<uint64_t, kMaxContextBands> offset{};
-  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1];
+  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1] + 1;
   BitReader bits(r.Rest());
-  for (size_t b = 0; b < k8; ++b) {
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
     const int rb = rice[b];
     uint64_t* o = ordinals.data() + offset[b];
     uint64_t next = 0;
@@ -244,21 +251,20 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
       o[j] = next + g;
       next += g + 1;
     }
+    o[count[b]] = UINT64_MAX;
   }
   if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
 
-  for (size_t s = 0; s < segs.size(); ++s) {
-    positions[s]->clear();
-    positions[s]->reserve(expected[s]);
-  }
+  for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
   std::array<size_t, kMaxContextBands> placed;
-  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals.data(), offset, count, expected, positions, &placed))
+  std::vector<uint64_t> filled(segs.size(), 0);
+  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals.data(), offset, expected, positions, &placed, &filled))
     return Corrupt("banded context code: a segment has more changes than its table entry");
   for (size_t b = 0; b < k8; ++b)
     if (placed[b] != count[b])
       return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
   for (size_t s = 0; s < segs.size(); ++s)
-    if (positions[s]->size() != expected[s])
+    if (filled[s] != expected[s])
       return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
   return Status::Ok();
 }

@@ -168,6 +168,15 @@ class BitReader {
     Refill();
     return acc_ & ((1ull << nbits) - 1);
   }
+  // Drops the next nbits (<= 56) after a Peek that returned them.
+  void Skip(int nbits) {
+    if (fill_ < nbits) {
+      overrun_ = true;
+      return;
+    }
+    acc_ >>= nbits;
+    fill_ -= nbits;
+  }
   void Fail() { overrun_ = true; }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.

@@ -140,7 +140,7 @@ uint32_t HuffmanDecoder::Get(BitReader& r) const {
     r.Fail();
     return 0;
   }
-  r.Get(static_cast<int>(e & 15));
+  r.Skip(static_cast<int>(e & 15));
   return e >> 4;
 }
 

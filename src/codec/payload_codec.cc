@@ -284,18 +284,27 @@ Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
   if (!SegmentFits(seg, tensor.size()))
     return Corrupt("segment [" + std::to_string(seg.spec.start) + ", +" + std::to_string(seg.spec.count) +
                    ") lies outside a tensor of " + std::to_string(tensor.size()) + " bytes");
-  const uint32_t w = seg.changes.width;
-  uint8_t* base = tensor.data() + seg.spec.start * w;
+  uint8_t* base = tensor.data() + seg.spec.start * seg.changes.width;
   const uint8_t* vals = seg.changes.values.data();
   const bool is_xor = seg.spec.kind == ValueKind::kXor;
-  for (size_t k = 0; k < seg.changes.size(); ++k) {
-    uint8_t* dst = base + uint64_t{seg.changes.positions[k]} * w;
-    const uint8_t* v = vals + k * w;
-    if (is_xor) {
-      for (uint32_t b = 0; b < w; ++b) dst[b] ^= v[b];
-    } else {
-      std::memcpy(dst, v, w);
+  auto apply = [&](auto zero) {
+    using U = decltype(zero);
+    for (size_t k = 0; k < seg.changes.size(); ++k) {
+      uint8_t* dst = base + uint64_t{seg.changes.positions[k]} * sizeof(U);
+      U v, old;
+      std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
+      if (is_xor) {
+        std::memcpy(&old, dst, sizeof(U));
+        v ^= old;
+      }
+      std::memcpy(dst, &v, sizeof(U));
     }
+  };
+  switch (seg.changes.width) {
+    case 1: apply(uint8_t{}); break;
+    case 2: apply(uint16_t{}); break;
+    case 4: apply(uint32_t{}); break;
+    default: apply(uint64_t{}); break;
   }
   return Status::Ok();
 }
