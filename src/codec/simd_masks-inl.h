@@ -103,13 +103,15 @@ void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t 
   const T* e = reinterpret_cast<const T*>(bytes);
   const size_t words = (count + 63) / 64, full = count / 64;
   const auto cmask = hn::Set(d, static_cast<T>(class_mask));
-  hn::Vec<decltype(di)> below[7];  // class >= t  <=>  class > t - 1
-  for (int i = 0; i < k; ++i) below[i] = hn::Set(di, static_cast<TI>(t[i] - 1));
+  // class >= t  <=>  class > t - 1. Scalars, broadcast at the compare: SVE vectors are sizeless
+  // and cannot be array elements.
+  TI below[7];
+  for (int i = 0; i < k; ++i) below[i] = static_cast<TI>(t[i] - 1);
   for (size_t w = 0; w < full; ++w) {
     uint64_t word[7] = {0, 0, 0, 0, 0, 0, 0};
     for (size_t j = 0; j < 64; j += n) {
       const auto c = hn::BitCast(di, hn::And(hn::ShiftRightSame(hn::LoadU(d, e + 64 * w + j), shift), cmask));
-      for (int i = 0; i < k; ++i) word[i] |= MaskWord(di, hn::Gt(c, below[i])) << j;
+      for (int i = 0; i < k; ++i) word[i] |= MaskWord(di, hn::Gt(c, hn::Set(di, below[i]))) << j;
     }
     for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
   }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Cross-builds the codec and its SIMD-heavy tests for aarch64 and runs them under qemu-user, so
+# that every Highway target of that platform (NEON, SVE, SVE2, ...) is checked against the scalar
+# models on an x86-64 machine. Installs the cross toolchain and arm64 libraries from Debian when
+# they are missing (needs root or sudo). Usage: scripts/check-aarch64.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build-aarch64}
+SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+
+LIBS=/usr/lib/aarch64-linux-gnu
+if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null ||
+   [[ ! -f $LIBS/libhwy.so || ! -f $LIBS/libzstd.so || ! -f $LIBS/libxxhash.so || ! -f $LIBS/libgtest.a ]]; then
+  $SUDO dpkg --add-architecture arm64
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libzstd-dev:arm64 libxxhash-dev:arm64 libgtest-dev:arm64
+fi
+
+mkdir -p "$OUT"
+CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"
+SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd_masks.cc src/codec/band_fit.cc
+         src/codec/band_context.cc src/codec/location_coding.cc src/codec/value_coding.cc src/codec/huffman.cc
+         src/codec/context_coding.cc src/codec/section_coding.cc src/codec/payload_codec.cc)
+TESTS=(simd_masks_test codec_band_hostile_test codec_context_test codec_test)
+# Parallel jobs; waiting on each by pid makes a failed one fail the script (set -e).
+objects=() pids=()
+for f in "${SOURCES[@]}"; do
+  objects+=("$OUT/$(basename "$f" .cc).o")
+  $CXX -c "$f" -o "${objects[-1]}" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+pids=()
+for t in "${TESTS[@]}"; do
+  $CXX "src/codec/$t.cc" "${objects[@]}" -o "$OUT/$t" -lhwy -lzstd -lxxhash -lgtest -lgtest_main -lpthread & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+# QEMU_CPU=max emulates SVE2 as well as NEON, so every aarch64 target this build compiled runs.
+for t in "${TESTS[@]}"; do
+  echo "aarch64: $t"
+  QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/$t" --gtest_brief=1
+done
+echo "aarch64: all passed"
