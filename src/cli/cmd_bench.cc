@@ -27,6 +27,9 @@ struct BenchArgs {
   int threads = 0;
   int repeat = 3;
   bool json = false;
+  // The generated trajectory used when no FILES are given.
+  uint32_t synth_layers = 4, synth_hidden = 512;
+  double synth_lr = 3e-6;
 };
 
 // Reads both checkpoints' tensor bytes once, as a diff must: the bandwidth reference.
@@ -120,7 +123,11 @@ int RunBench(BenchArgs args) {
   if (!::mkdtemp(tmpl)) return ReportError("bench", ErrnoError("mkdtemp"));
   const std::string tmp = tmpl;
   if (args.files.empty()) {  // a generated trajectory of three steps
-    SynthTrajectory traj(SynthModelConfig{4, 512, 1368, 8192, 8, 2}, {11, 3e-6});
+    const uint32_t h = args.synth_hidden;
+    SynthTrajectory traj(SynthModelConfig{args.synth_layers, h, h * 8 / 3 / 8 * 8, 16 * h, 8, 2}, {11, args.synth_lr});
+    if (!args.json)
+      std::printf("generating 3 snapshots of a %.1f M-parameter model (lr %g)...\n",
+                  static_cast<double>(traj.num_parameters()) / 1e6, args.synth_lr);
     for (int k = 0; k < 3; ++k) {
       if (k > 0) traj.Step();
       args.files.push_back(tmp + "/step_" + std::to_string(k) + ".safetensors");
@@ -190,6 +197,12 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   codec->add_option("--repeat", args->repeat, "repetitions; the best time is kept")->check(CLI::Range(1, 100));
   codec->add_flag("--json", args->json, "print one JSON array of rows");
+  codec->add_option("--synth-layers", args->synth_layers, "without FILES: layers of the generated model")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  codec->add_option("--synth-hidden", args->synth_hidden, "without FILES: hidden size (FFN 8/3 of it, vocab 16x)")
+      ->check(CLI::Range(64, 16384))->capture_default_str();
+  codec->add_option("--synth-lr", args->synth_lr, "without FILES: learning rate (sets the change rate)")
+      ->check(CLI::Range(1e-9, 1e-1))->capture_default_str();
   codec->callback([=] { *exit_code = RunBench(*args); });
 }
 

@@ -10,8 +10,7 @@ namespace dcr {
 namespace {
 
 // Tiles of kMaskTileElements: the SIMD kernel marks differing elements in a bit mask (and counts
-// them), the outputs grow once per tile, and only the marked elements are then visited, with
-// every write unconditional except the loop over a word's set bits.
+// them), the outputs grow once per tile, and only the marked elements are then visited.
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out) {
   uint64_t masks[kMaskTileElements / 64];
@@ -26,21 +25,23 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     out->positions.resize(at + differ);
     out->values.resize((at + differ) * sizeof(U));
     uint32_t* pos = out->positions.data() + at;
-    for (size_t w = 0; w < (tn + 63) / 64; ++w)
-      for (uint64_t m = masks[w]; m != 0; m &= m - 1) *pos++ = static_cast<uint32_t>(tile + 64 * w + static_cast<size_t>(__builtin_ctzll(m)));
     uint8_t* val = out->values.data() + at * sizeof(U);
-    for (size_t k = at; k < at + differ; ++k, val += sizeof(U)) {
-      const size_t i = out->positions[k] - tile;
-      U ob, nb;
-      std::memcpy(&ob, b + i * sizeof(U), sizeof(U));
-      std::memcpy(&nb, x + i * sizeof(U), sizeof(U));
-      const U v = is_xor ? static_cast<U>(ob ^ nb) : nb;
-      std::memcpy(val, &v, sizeof(U));
-    }
+    for (size_t w = 0; w < (tn + 63) / 64; ++w)
+      for (uint64_t m = masks[w]; m != 0; m &= m - 1) {
+        const size_t i = 64 * w + static_cast<size_t>(__builtin_ctzll(m));
+        U ob, nb;
+        std::memcpy(&ob, b + i * sizeof(U), sizeof(U));
+        std::memcpy(&nb, x + i * sizeof(U), sizeof(U));
+        const U v = is_xor ? static_cast<U>(ob ^ nb) : nb;
+        *pos++ = static_cast<uint32_t>(tile + i);
+        std::memcpy(val, &v, sizeof(U));
+        val += sizeof(U);
+      }
   }
 }
 
 }  // namespace
+
 void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
                   ValueKind kind, ChangeSet* out) {
   DCR_CHECK(base.size() == next.size() && base.size() % width == 0);

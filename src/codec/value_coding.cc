@@ -112,17 +112,25 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
 }
 
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out) {
-  std::vector<uint64_t> freq(kAlphabet, 0);
-  uint64_t values = 0, escape_bytes = 0, raw_bytes = 0;
+  // Four interleaved histograms: XOR masks repeat (0x1, 0x3, ...), and increments of one counter
+  // in a row would wait on each other's stores.
+  std::vector<uint64_t> freq4(4 * kAlphabet, 0), freq(kAlphabet, 0);
+  uint64_t values = 0, escapes = 0, raw_bytes = 0;
   for (const ValueRun& r : runs) {
     DCR_CHECK(r.bytes.size() == r.count * r.width);
     values += r.count;
     raw_bytes += r.bytes.size();
+    uint64_t i = 0, run_escapes = 0;
     ForEachValue(r, [&](uint64_t v, const uint8_t*) {
-      if (v >= kEscape) escape_bytes += r.width;
-      ++freq[v >= kEscape ? kEscape : v];
+      const bool escape = v >= kEscape;
+      run_escapes += escape;
+      ++freq4[(i++ & 3) * kAlphabet + (escape ? kEscape : v)];
     });
+    escapes += run_escapes * r.width;
   }
+  for (uint32_t v = 0; v < kAlphabet; ++v)
+    freq[v] = freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
+  const uint64_t escape_bytes = escapes;
   DCR_CHECK(values > 0);
   HuffmanEncoder code(freq);
   const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# dcr bench codec: on a generated checkpoint pair it reports, per codec, the
+# change count the files hold, the wire bytes `dcr diff` writes for that codec, positive
+# throughputs and its SIMD target (decode+apply is checked bit-exact inside the bench, which fails
+# otherwise); without FILES it benchmarks a generated trajectory; bad arguments are usage errors.
+source "$(dirname "$0")/lib.sh"
+
+"$DCR_TESTDATA" pair --seed 41 --big 200000 a.safetensors b.safetensors >/dev/null
+run_expect 0 "$DCR" bench codec --repeat 1 --threads 2 --json a.safetensors b.safetensors
+cp "$WORK/out" bench.json
+read -r want_changed _ < <(st count a.safetensors b.safetensors)
+for codec in plain ctx; do
+  run_expect 0 "$DCR" diff --codec "$codec" a.safetensors b.safetensors -o "$codec.dcr"
+  "$PYTHON" - bench.json "$codec" "$want_changed" "$(size_of "$codec.dcr")" <<'PY' || fail "bench row for $codec disagrees"
+import json, sys
+path, codec, changed, wire = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rows = [r for r in json.load(open(path)) if r["codec"] == codec]
+assert len(rows) == 1, rows
+r = rows[0]
+assert r["changed_elements"] == changed, (r["changed_elements"], changed)
+assert r["wire_bytes"] == wire, (r["wire_bytes"], wire)
+for k in ("scan_GBps", "encode_GBps", "decode_apply_GBps"):
+    assert r[k] > 0, (k, r[k])
+assert r["simd_target"], r
+assert abs(r["wire_bytes_per_changed_element"] - wire / changed) < 1e-9
+PY
+done
+
+note "generated trajectory"
+run_expect 0 "$DCR" bench codec --repeat 1 --synth-layers 1 --synth-hidden 128
+grep -q "generating 3 snapshots" "$WORK/out" || fail "no generation line"
+[[ $(grep -c "step_[01].safetensors -> step_[12].safetensors" "$WORK/out") -eq 4 ]] || fail "expected 2 pairs x 2 codecs: $(cat "$WORK/out")"
+grep -q "SIMD target" "$WORK/out" || fail "no SIMD target in the footer"
+
+note "usage errors"
+run_expect 2 "$DCR" bench codec a.safetensors
+run_expect 2 "$DCR" bench codec --codec zip a.safetensors b.safetensors
+run_expect 2 "$DCR" bench codec --synth-hidden 1
+run_expect 3 "$DCR" bench codec a.safetensors missing.safetensors
+echo "PASS"
