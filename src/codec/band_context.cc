@@ -98,41 +98,62 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
                     const BandWords& offset, std::span<const uint64_t> expected,
                     std::span<std::vector<uint32_t>* const> positions, std::array<size_t, kMaxContextBands>* placed,
                     std::vector<uint64_t>* filled) {
-  // Per band: a cursor into its ordinals and the next one (the sentinel once all are placed).
-  BandWords target;
+  // Band-major per tile: each band scans its own word masks (a tight loop whose branch is
+  // predictable for the many bands with few changes), marking its changes in a tile bitmap;
+  // the bitmap then yields the tile's positions in ascending order.
+  const size_t k = static_cast<size_t>(bands.k);
+  BandWords target, run{};  // per band: the next changed ordinal (the sentinel at the end), population so far
   std::array<const uint64_t*, kMaxContextBands> at{};
   for (size_t b = 0; b < kMaxContextBands; ++b) at[b] = ordinals + offset[b], target[b] = *at[b];
-  const size_t k = static_cast<size_t>(bands.k);
-  bool overflow = false;
-  BandWords run{};
-  uint32_t* out = nullptr;
-  uint64_t room = 0;  // free slots of the current segment
-  size_t seg = SIZE_MAX;
-  WalkBands(segs, bands, &run, [&](size_t s, uint64_t first, const BandWords& mask, const BandWords& before) {
-    if (s != seg) {
-      if (seg != SIZE_MAX) (*filled)[seg] = expected[seg] - room;
-      seg = s, out = positions[s]->data(), room = expected[s];
-    }
-    uint64_t hits = 0;
-    for (size_t b = 0; b < k; ++b) {
-      const uint64_t stop = before[b] + static_cast<uint64_t>(PopCount64(mask[b]));
-      while (target[b] < stop) {
-        hits |= uint64_t{1} << SelectBit(mask[b], target[b] - before[b]);
-        target[b] = *++at[b];
+  constexpr size_t kWords = kMaskTileElements / 64;
+  uint64_t ge[(kMaxContextBands - 1) * kWords];
+  uint64_t hit[kWords];
+  bool ok = true;
+  for (size_t s = 0; s < segs.size() && ok; ++s) {
+    const ContextClassFn f = ContextClassFor(segs[s].dtype);
+    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const uint64_t n = segs[s].base.size() / w;
+    uint32_t* out = positions[s]->data();
+    uint64_t room = expected[s];
+    for (uint64_t tile = 0; tile < n && ok; tile += kMaskTileElements) {
+      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      const size_t words = (tn + 63) / 64;
+      const uint64_t last = tn % 64 == 0 ? ~uint64_t{0} : (uint64_t{1} << (tn % 64)) - 1;  // valid bits, last word
+      if (k > 1)
+        ClassAtLeastMasksAnyWidth(segs[s].base.data() + tile * w, w, tn, f.shift, static_cast<uint32_t>(f.mask),
+                                  bands.t.data(), static_cast<int>(k) - 1, ge);
+      for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
+      for (size_t b = 0; b < k; ++b) {
+        const uint64_t* above = b > 0 ? ge + (b - 1) * words : nullptr;  // class >= t[b - 1]
+        const uint64_t* next = b + 1 < k ? ge + b * words : nullptr;      // class >= t[b]
+        uint64_t t = target[b], r = run[b];
+        for (size_t wd = 0; wd < words; ++wd) {
+          const uint64_t m = (above ? above[wd] : (wd + 1 == words ? last : ~uint64_t{0})) & ~(next ? next[wd] : 0);
+          const uint64_t stop = r + static_cast<uint64_t>(PopCount64(m));
+          while (t < stop) {
+            hit[wd] |= uint64_t{1} << SelectBit(m, t - r);
+            t = *++at[b];
+          }
+          r = stop;
+        }
+        target[b] = t, run[b] = r;
+      }
+      for (size_t wd = 0; wd < words; ++wd) {
+        uint64_t h = hit[wd];
+        if (h == 0) continue;
+        const uint64_t c = static_cast<uint64_t>(PopCount64(h));
+        if (c > room) {
+          ok = false;
+          break;
+        }
+        room -= c;
+        for (; h != 0; h &= h - 1) *out++ = static_cast<uint32_t>(tile + 64 * wd + static_cast<uint64_t>(__builtin_ctzll(h)));
       }
     }
-    if (hits == 0 || overflow) return;
-    const uint64_t n = static_cast<uint64_t>(PopCount64(hits));
-    if (n > room) {
-      overflow = true;
-      return;
-    }
-    room -= n;
-    for (; hits != 0; hits &= hits - 1) *out++ = static_cast<uint32_t>(first + static_cast<uint64_t>(__builtin_ctzll(hits)));
-  });
-  if (seg != SIZE_MAX) (*filled)[seg] = expected[seg] - room;
+    (*filled)[s] = expected[s] - room;
+  }
   for (size_t b = 0; b < kMaxContextBands; ++b) (*placed)[b] = static_cast<size_t>(at[b] - (ordinals + offset[b]));
-  return !overflow;
+  return ok;
 }
 
 }  // namespace HWY_NAMESPACE
