@@ -1,8 +1,9 @@
 // Codec throughput on training-like BF16 data, against a plain two-stream scan measured in the
 // same run (DESIGN.md §9: throughput in bytes/s of canonical data, and ratios to a reference).
 //
-//   BM_DiffEncode/<per-mille>   diff + encode 64 MiB of BF16 in payload-sized pieces
+//   BM_DiffEncode/<per-mille>   diff + encode 64 MiB of BF16 in payload-sized pieces (plain mode)
 //   BM_DecodeApply/<per-mille>  verify + decode those payloads and XOR them into a replica
+//   BM_DiffEncodeContext, BM_DecodeApplyContext: the same in banded context mode (kAlways)
 //   BM_TwoStreamScan            read both 64 MiB buffers, count differing 64-bit words
 //
 // The argument is the change density in per mille (5 = 0.5 %, 300 = 30 %). Changes sit at
@@ -145,11 +146,18 @@ void Report(benchmark::State& state, double seconds, uint64_t changed, uint64_t 
   if (changed) state.counters["wire_B_per_change"] = static_cast<double>(wire) / static_cast<double>(changed);
 }
 
-void BM_DiffEncode(benchmark::State& state) {
+EncodeOptions Options(bool context) {
+  EncodeOptions o;
+  o.context = context ? EncodeOptions::Context::kAlways : EncodeOptions::Context::kNever;
+  return o;
+}
+
+template <bool kContext>
+void BM_DiffEncodeT(benchmark::State& state) {
   const auto& base = Base();
   const Pair& pair = WithChanges(static_cast<int>(state.range(0)));
   ScanSeconds();
-  PayloadBuilder builder;
+  PayloadBuilder builder(Options(kContext));
   uint64_t changed = 0, wire = 0;
   auto t0 = Clock::now();
   for (auto _ : state) {
@@ -163,11 +171,12 @@ void BM_DiffEncode(benchmark::State& state) {
   Report(state, seconds, changed, wire);
 }
 
-void BM_DecodeApply(benchmark::State& state) {
+template <bool kContext>
+void BM_DecodeApplyT(benchmark::State& state) {
   const auto& base = Base();
   const Pair& pair = WithChanges(static_cast<int>(state.range(0)));
   ScanSeconds();
-  PayloadBuilder builder;
+  PayloadBuilder builder(Options(kContext));
   uint64_t changed = 0, wire = 0;
   const auto payloads = Encode(base, pair.next, &builder, &changed);
   for (const auto& p : payloads) wire += p.size();
@@ -175,11 +184,16 @@ void BM_DecodeApply(benchmark::State& state) {
   // so no copy is needed between iterations.
   std::vector<uint8_t> replica = base;
   DecodedPayload decoded;
+  // Context mode decodes against the old bits of the transition it codes: always `base` here,
+  // while the replica alternates.
+  const BaseLookup old_bits = [&base](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+    return std::span<const uint8_t>(base).subspan(2 * s.start, 2 * s.count);
+  };
   bool ok = true;
   auto t0 = Clock::now();
   for (auto _ : state) {
     for (const auto& p : payloads) {
-      ok &= DecodePayload(p, &decoded).ok();
+      ok &= DecodePayload(p, &decoded, kContext ? old_bits : BaseLookup{}).ok();
       for (const auto& seg : decoded.segments) ok &= ApplySegment(seg, replica).ok();
     }
     benchmark::DoNotOptimize(replica.data());
@@ -207,10 +221,17 @@ void BM_TwoStreamScan(benchmark::State& state) {
 }
 
 BENCHMARK(BM_TwoStreamScan)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_DiffEncode(benchmark::State& state) { BM_DiffEncodeT<false>(state); }
+void BM_DecodeApply(benchmark::State& state) { BM_DecodeApplyT<false>(state); }
+void BM_DiffEncodeContext(benchmark::State& state) { BM_DiffEncodeT<true>(state); }
+void BM_DecodeApplyContext(benchmark::State& state) { BM_DecodeApplyT<true>(state); }
+
 BENCHMARK(BM_DiffEncode)->ArgName("per_mille")->Arg(5)->Arg(10)->Arg(50)->Arg(300)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeApply)->ArgName("per_mille")->Arg(5)->Arg(10)->Arg(50)->Arg(300)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DiffEncodeContext)->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeApplyContext)->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace dcr

@@ -2,9 +2,12 @@
 # Cross-builds the codec and its SIMD-heavy tests for aarch64 and runs them under qemu-user, so
 # that every Highway target of that platform (NEON, SVE, SVE2, ...) is checked against the scalar
 # models on an x86-64 machine. Installs the cross toolchain and arm64 libraries from Debian when
-# they are missing (needs root or sudo). Usage: scripts/check-aarch64.sh [BUILD_DIR]
+# they are missing (needs root or sudo). Usage: scripts/check-aarch64.sh [--install-only] [BUILD_DIR]
+# (--install-only: just the packages, e.g. in the background while something else builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+INSTALL_ONLY=0
+if [[ ${1:-} == --install-only ]]; then INSTALL_ONLY=1; shift; fi
 OUT=${1:-build-aarch64}
 SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
 
@@ -16,6 +19,7 @@ if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libzstd-dev:arm64 libxxhash-dev:arm64 libgtest-dev:arm64
 fi
+[[ $INSTALL_ONLY == 1 ]] && exit 0
 
 mkdir -p "$OUT"
 CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"

@@ -1,9 +1,13 @@
-// Context-mode location coding (docs/format.md §2.6). Both sides hold the old bits, and the
-// exponent of an element's old value predicts whether it changes (one BF16 ulp is smaller for
-// small magnitudes). So elements are split into classes by old exponent; each class's elements,
-// taken in payload order across all segments, form a sequence in which the changed ones are
-// Rice-coded by gap with a parameter fitted to that class. On the real trajectories this costs
-// ~6.2 bits per change where class-blind gaps cost ~9.4 (at 0.45 % change).
+// Context-mode location coding, mode 1 (docs/format.md §2.6): decoded for files and payloads
+// written before banded mode 2 (band_context.h) replaced it; the encoder remains for tests and
+// for building such payloads. Also the element classes both modes share (ContextClassFor).
+//
+// Both sides hold the old bits, and the exponent of an element's old value predicts whether it
+// changes (one BF16 ulp is smaller for small magnitudes). So elements are split into classes by
+// old exponent; each class's elements, taken in payload order across all segments, form a
+// sequence in which the changed ones are Rice-coded by gap with a parameter fitted to that
+// class. On the real trajectories this costs ~6.2 bits per change where class-blind gaps cost
+// ~9.4 (at 0.45 % change).
 //
 // Decoding reads every old element of the payload's segments once (O(dense) sequential), which
 // is why context mode is a per-payload choice and plain mode always exists.
