@@ -4,7 +4,7 @@
 Usage: s3_fault_proxy.py --upstream http://127.0.0.1:PORT [--port 0] [--control FILE]
                          [--fail-every N] [--fail-status 503] [--truncate-every N]
                          [--truncate-fraction 0.5] [--delay-every N] [--delay-ms MS]
-                         [--methods GET,PUT,...]
+                         [--methods GET,PUT,...] [--transient]
 
 Sits between an S3 client and an S3 server (s3rver). Every request is forwarded unchanged,
 headers included (Host as the client sent it: it is signed), and the answer is passed back
@@ -13,8 +13,12 @@ unchanged, except that among the requests whose method is in --methods (all when
   - every truncate-every-th one is forwarded, and its answer is sent with the full
     Content-Length but only truncate-fraction of the body, then the connection is closed;
   - every delay-every-th one is forwarded and its answer delayed by delay-ms.
-N = 0 disables a fault. The control file, when given, is a JSON object with the same settings
-(fail_every, fail_status, truncate_every, truncate_fraction, delay_every, delay_ms, methods); it
+N = 0 disables a fault. With --transient (transient: true), a request for the same method and path
+as one that just got a fail or truncate fault is never faulted itself, as S3's SlowDowns pass: a
+client's retry then always gets through, whatever the interleaving of other clients' requests
+(without it, one request can meet the fault count on every retry). The control file, when given, is a JSON object with the same settings
+(fail_every, fail_status, truncate_every, truncate_fraction, delay_every, delay_ms, methods,
+transient); it
 is re-read when it changes, and a change restarts the request count. Prints
 "listening on 127.0.0.1:PORT" once ready; logs every injected fault to stderr.
 """
@@ -34,7 +38,8 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Cod
 
 
 class Faults:
-    KEYS = ("fail_every", "fail_status", "truncate_every", "truncate_fraction", "delay_every", "delay_ms", "methods")
+    KEYS = ("fail_every", "fail_status", "truncate_every", "truncate_fraction", "delay_every", "delay_ms", "methods",
+            "transient")
 
     def __init__(self, args):
         self.defaults = {k: getattr(args, k) for k in self.KEYS}
@@ -43,6 +48,7 @@ class Faults:
         self.settings = dict(self.defaults)
         self.stamp = None
         self.count = 0
+        self.faulted = set()  # (method, path) whose last request got a fail or truncate fault
 
     def _reload(self):
         if not self.control:
@@ -63,7 +69,7 @@ class Faults:
                 self.settings.update(json.loads(text))
         self.count = 0
 
-    def decide(self, method):
+    def decide(self, method, path):
         """(fail, truncate, delay) for the next request."""
         with self.lock:
             self._reload()
@@ -76,10 +82,19 @@ class Faults:
             self.count += 1
             n = self.count
 
-        def every(k):
-            return bool(s[k]) and n % int(s[k]) == 0
+            def every(k):
+                return bool(s[k]) and n % int(s[k]) == 0
 
-        return every("fail_every"), every("truncate_every"), (int(s["delay_ms"]) if every("delay_every") else 0), s
+            fail, truncate = every("fail_every"), every("truncate_every")
+            key = (method, path)
+            if not s["transient"]:
+                pass  # faults by count alone
+            elif key in self.faulted:  # a retry of a faulted request
+                self.faulted.discard(key)
+                fail = truncate = False
+            elif fail or truncate:
+                self.faulted.add(key)
+            return fail, truncate, (int(s["delay_ms"]) if every("delay_every") else 0), s
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -89,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _relay(self):
-        fail, truncate, delay_ms, s = self.server.faults.decide(self.command)
+        fail, truncate, delay_ms, s = self.server.faults.decide(self.command, self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         if fail:
@@ -160,6 +175,7 @@ def main():
     p.add_argument("--delay-every", dest="delay_every", type=int, default=0)
     p.add_argument("--delay-ms", dest="delay_ms", type=int, default=0)
     p.add_argument("--methods", default="")
+    p.add_argument("--transient", action="store_true")
     args = p.parse_args()
     up = urlsplit(args.upstream)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
