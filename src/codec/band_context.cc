@@ -162,6 +162,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "codec/bit_stream.h"
+#include "codec/rice_gaps.h"
 
 namespace dcr {
 
@@ -170,20 +171,12 @@ HWY_EXPORT(DecodeBandWalk);
 
 namespace {
 
-constexpr int kMaxRice = 30;
-
 // A per-thread buffer of at least n words, reused across payloads: a fresh buffer of this size
 // (8 bytes per change) would be page-faulted in for every payload.
 std::vector<uint64_t>& ScratchWords(uint64_t n) {
   thread_local std::vector<uint64_t> scratch;
   if (scratch.size() < n) scratch.resize(n);
   return scratch;
-}
-
-uint64_t RiceBits(std::span<const uint64_t> gaps, int r) {
-  uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1);
-  for (uint64_t g : gaps) bits += g >> r;
-  return bits;
 }
 
 }  // namespace
@@ -204,24 +197,11 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     const std::span<const uint64_t> g(gaps.data() + offset[b], fit.changes[b]);
     PutVarint(*out, g.size());
     if (g.empty()) continue;
-    // Near the optimum for geometric gaps, then the exact best of three (the smallest on ties).
-    const uint64_t mean = (population[b] - g.size()) / g.size();
-    const int est = mean == 0 ? 0 : std::bit_width(mean) - 1;
-    uint64_t best = UINT64_MAX;
-    for (int r = std::max(0, est - 1); r <= std::min(kMaxRice, est + 1); ++r) {
-      const uint64_t bits = RiceBits(g, r);
-      if (bits < best) best = bits, rice[b] = r;
-    }
+    rice[b] = BestRiceParameter(g, population[b]);
     out->push_back(static_cast<uint8_t>(rice[b]));
   }
   BitWriter w(*out);
-  for (size_t b = 0; b < k; ++b) {
-    const int r = rice[b];
-    for (uint64_t g : std::span<const uint64_t>(gaps.data() + offset[b], fit.changes[b])) {
-      w.PutUnary(g >> r);
-      if (r > 0) w.Put(g & ((uint64_t{1} << r) - 1), r);
-    }
-  }
+  for (size_t b = 0; b < k; ++b) PutRiceGaps(w, std::span<const uint64_t>(gaps.data() + offset[b], fit.changes[b]), rice[b]);
   w.Flush();
 }
 
@@ -249,7 +229,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     if (!r.ReadVarint(&count[b]) || count[b] > total_expected - sum)
       return Corrupt("banded context code: bad change count of band " + std::to_string(b));
     sum += count[b];
-    if (count[b] > 0 && (!r.ReadByte(&rice[b]) || rice[b] > kMaxRice))
+    if (count[b] > 0 && (!r.ReadByte(&rice[b]) || rice[b] > kMaxContextRice))
       return Corrupt("banded context code: bad Rice parameter of band " + std::to_string(b));
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
@@ -261,17 +241,9 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1] + 1;
   BitReader bits(r.Rest());
   for (size_t b = 0; b < kMaxContextBands; ++b) {
-    const int rb = rice[b];
     uint64_t* o = ordinals.data() + offset[b];
-    uint64_t next = 0;
-    for (uint64_t j = 0; j < count[b]; ++j) {
-      const uint64_t q = bits.GetUnary(total_elements >> rb);
-      const uint64_t g = (q << rb) | (rb > 0 ? bits.Get(rb) : 0);
-      if (bits.overrun() || g >= total_elements || next + g >= total_elements)
-        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-      o[j] = next + g;
-      next += g + 1;
-    }
+    if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, o))
+      return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
     o[count[b]] = UINT64_MAX;
   }
   if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");

@@ -6,12 +6,12 @@
 #include <cstring>
 
 #include "codec/bit_stream.h"
+#include "codec/rice_gaps.h"
 
 namespace dcr {
 namespace {
 
 constexpr int kClasses = 256;
-constexpr int kMaxRice = 30;
 
 // Visits every element of every segment in payload order: fn(segment, position, class).
 template <typename Fn>
@@ -36,12 +36,6 @@ void ForEachClassed(std::span<const ContextSegment> segs, Fn&& fn) {
       default: run(uint64_t{}); break;
     }
   }
-}
-
-uint64_t RiceBits(const std::vector<uint64_t>& gaps, int r) {
-  uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1);
-  for (uint64_t g : gaps) bits += g >> r;
-  return bits;
 }
 
 }  // namespace
@@ -79,24 +73,13 @@ void EncodeContextLocations(std::span<const ContextSegment> segs, std::span<cons
   std::array<int, kClasses> rice{};
   for (int c = 0; c < kClasses; ++c) {
     if (gaps[c].empty()) continue;
-    const uint64_t k = gaps[c].size();
-    const uint64_t mean = (ordinal[c] - k) / k;
-    const int est = mean == 0 ? 0 : std::bit_width(mean) - 1;
-    uint64_t best = UINT64_MAX;
-    for (int r = std::max(0, est - 1); r <= std::min(kMaxRice, est + 1); ++r) {
-      uint64_t b = RiceBits(gaps[c], r);
-      if (b < best) best = b, rice[c] = r;
-    }
+    rice[c] = BestRiceParameter(gaps[c], ordinal[c]);
     out->push_back(static_cast<uint8_t>(c));
-    PutVarint(*out, k);
+    PutVarint(*out, gaps[c].size());
     out->push_back(static_cast<uint8_t>(rice[c]));
   }
   BitWriter w(*out);
-  for (int c = 0; c < kClasses; ++c)
-    for (uint64_t g : gaps[c]) {
-      w.PutUnary(g >> rice[c]);
-      if (rice[c] > 0) w.Put(g & ((1ull << rice[c]) - 1), rice[c]);
-    }
+  for (int c = 0; c < kClasses; ++c) PutRiceGaps(w, gaps[c], rice[c]);
   w.Flush();
 }
 
@@ -121,7 +104,7 @@ Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const Conte
     uint8_t id = 0, rice = 0;
     uint64_t k = 0;
     if (!r.ReadByte(&id) || !r.ReadVarint(&k) || !r.ReadByte(&rice)) return Corrupt("context code: truncated class table");
-    if ((!classes.empty() && id <= classes.back().id) || k == 0 || k > total_expected || rice > kMaxRice)
+    if ((!classes.empty() && id <= classes.back().id) || k == 0 || k > total_expected || rice > kMaxContextRice)
       return Corrupt("context code: invalid class entry " + std::to_string(i));
     sum_k += k;
     classes.push_back({id, k, rice});
@@ -133,15 +116,8 @@ Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const Conte
   BitReader bits(r.Rest());
   for (const ClassCode& c : classes) {
     auto& o = ordinals[static_cast<size_t>(c.id)];
-    o.reserve(c.k);
-    uint64_t next = 0;
-    for (uint64_t j = 0; j < c.k; ++j) {
-      uint64_t q = bits.GetUnary(total_elements >> c.rice);
-      uint64_t g = (q << c.rice) | (c.rice > 0 ? bits.Get(c.rice) : 0);
-      if (bits.overrun() || g >= total_elements || next + g >= total_elements) return Corrupt("context code: truncated or out-of-range gap");
-      o.push_back(next + g);
-      next += g + 1;
-    }
+    o.resize(c.k);
+    if (!GetRiceOrdinals(bits, c.k, c.rice, total_elements, o.data())) return Corrupt("context code: truncated or out-of-range gap");
   }
   if (bits.bytes_consumed() != r.remaining()) return Corrupt("context code: trailing bytes");
 
