@@ -7,43 +7,31 @@
 namespace dcr {
 namespace {
 
-StatusCode DecodeWith(const World& w, std::span<const uint8_t> p) {
-  DecodedPayload d;
-  return DecodePayload(p, &d, w.Lookup()).code();
-}
-
 TEST(BandHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
   for (double density : {0.02, 1.0}) {
     ContextPayload c(density, 2000);
     ASSERT_EQ(ModeOf(c.p), CodecMode::kContextBands);
-    ASSERT_EQ(DecodeWith(c.w, c.p), StatusCode::kOk);
-    for (size_t len = 0; len < c.p.size(); ++len)
-      ASSERT_EQ(DecodeWith(c.w, std::span<const uint8_t>(c.p.data(), len)), StatusCode::kCorrupt) << "length " << len;
-    auto longer = c.p;
-    longer.push_back(0);
-    EXPECT_EQ(DecodeWith(c.w, longer), StatusCode::kCorrupt);
-    for (size_t byte = 0; byte < c.p.size(); ++byte)
-      for (int bit = 0; bit < 8; ++bit) {
-        auto q = c.p;
-        q[byte] ^= static_cast<uint8_t>(1u << bit);
-        ASSERT_EQ(DecodeWith(c.w, q), StatusCode::kCorrupt) << "byte " << byte << " bit " << bit;
-      }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, c.p)) << "density " << density;
   }
 }
 
 // A BF16 payload whose changes depend on the old exponent as in training (small magnitudes change
 // more often), so the encoder fits several bands; plus an F32 segment.
-std::vector<uint8_t> ExponentPayload(World* w, uint64_t n) {
-  std::mt19937_64 rng(7);
-  auto by_exponent = [](uint64_t v) {
-    const uint64_t e = (v >> 7) & 0xff;
-    return e < 117 ? 0.6 : e < 120 ? 0.15 : e < 122 ? 0.03 : 0.004;
-  };
-  w->Add(1, DType::kBF16, n, rng, 0, n, by_exponent);
-  w->Add(2, DType::kF32, 400, rng, 0, 400, 0.05);
-  return w->Encode({{1, DType::kBF16, ValueKind::kXor, 0, n}, {2, DType::kF32, ValueKind::kXor, 0, 400}},
-                   With(Context::kAlways));
-}
+struct ExponentPayload {
+  World w;
+  std::vector<uint8_t> p;
+  explicit ExponentPayload(uint64_t n) {
+    std::mt19937_64 rng(7);
+    auto by_exponent = [](uint64_t v) {
+      const uint64_t e = (v >> 7) & 0xff;
+      return e < 117 ? 0.6 : e < 120 ? 0.15 : e < 122 ? 0.03 : 0.004;
+    };
+    w.Add(1, DType::kBF16, n, rng, 0, n, by_exponent);
+    w.Add(2, DType::kF32, 400, rng, 0, 400, 0.05);
+    p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, n}, {2, DType::kF32, ValueKind::kXor, 0, 400}},
+                 With(Context::kAlways));
+  }
+};
 
 // The parts of a banded location code: band count, thresholds, per band (count, Rice parameter
 // when the count is not 0), then the Rice bit stream.
@@ -88,11 +76,7 @@ struct BandCode {
 };
 
 TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
-  struct {
-    World w;
-    std::vector<uint8_t> p;
-  } c;
-  c.p = ExponentPayload(&c.w, 20000);
+  const ExponentPayload c(20000);
   ASSERT_EQ(ModeOf(c.p), CodecMode::kContextBands);
   const auto raw = LocationSection(c.p);
   const BandCode code = BandCode::Parse(raw);
@@ -175,33 +159,9 @@ TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
 }
 
 TEST(BandHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
-  struct {
-    World w;
-    std::vector<uint8_t> p;
-  } c;
-  c.p = ExponentPayload(&c.w, 3000);
-  const auto raw = LocationSection(c.p);
-  PayloadLayout layout;
-  ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
-  std::mt19937_64 rng(9);
+  const ExponentPayload c(3000);
   int refused = 0;
-  for (int i = 0; i < 4000; ++i) {
-    auto loc = raw;
-    const int edits = 1 + static_cast<int>(rng() % 3);
-    for (int e = 0; e < edits; ++e) {
-      const size_t at = rng() % 3 == 0 ? rng() % std::min<size_t>(loc.size(), 24) : rng() % loc.size();
-      loc[at] = rng() % 3 == 0 ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(loc[at] ^ (1u << (rng() % 8)));
-    }
-    if (rng() % 8 == 0) loc.resize(loc.size() - 1 - rng() % std::min<size_t>(loc.size() - 1, 8));
-    DecodedPayload d;
-    Status s = DecodePayload(WithLocationSection(c.p, loc), &d, c.w.Lookup());
-    if (s.ok()) {
-      ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(d, layout));
-    } else {
-      ++refused;
-      ASSERT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRandomLocationEditsCorruptOrWellFormed(c.w, c.p, 9, 24, &refused));
   EXPECT_GT(refused, 2000);
 }
 

@@ -10,26 +10,10 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Hostile context payloads
 
-StatusCode DecodeWith(const World& w, std::span<const uint8_t> p) {
-  DecodedPayload d;
-  return DecodePayload(p, &d, w.Lookup()).code();
-}
-
 TEST(LegacyContextHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
   for (double density : {0.02, 1.0}) {
     ContextPayload c(density, 2000, ContextPayload::Mode::kLegacy);
-    ASSERT_EQ(DecodeWith(c.w, c.p), StatusCode::kOk);
-    for (size_t len = 0; len < c.p.size(); ++len)
-      ASSERT_EQ(DecodeWith(c.w, std::span<const uint8_t>(c.p.data(), len)), StatusCode::kCorrupt) << "length " << len;
-    auto longer = c.p;
-    longer.push_back(0);
-    EXPECT_EQ(DecodeWith(c.w, longer), StatusCode::kCorrupt);
-    for (size_t byte = 0; byte < c.p.size(); ++byte)
-      for (int bit = 0; bit < 8; ++bit) {
-        auto q = c.p;
-        q[byte] ^= static_cast<uint8_t>(1u << bit);
-        ASSERT_EQ(DecodeWith(c.w, q), StatusCode::kCorrupt) << "byte " << byte << " bit " << bit;
-      }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, c.p)) << "density " << density;
   }
 }
 
@@ -177,28 +161,8 @@ TEST(LegacyContextHostile, ResignedBadClassTablesAreCorrupt) {
 
 TEST(LegacyContextHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
   ContextPayload c(0.05, 3000, ContextPayload::Mode::kLegacy);
-  const auto raw = LocationSection(c.p);
-  PayloadLayout layout;
-  ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
-  std::mt19937_64 rng(8);
   int refused = 0;
-  for (int i = 0; i < 4000; ++i) {
-    auto loc = raw;
-    const int edits = 1 + static_cast<int>(rng() % 3);
-    for (int e = 0; e < edits; ++e) {
-      const size_t at = rng() % 3 == 0 ? rng() % std::min<size_t>(loc.size(), 40) : rng() % loc.size();
-      loc[at] = rng() % 3 == 0 ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(loc[at] ^ (1u << (rng() % 8)));
-    }
-    if (rng() % 8 == 0) loc.resize(loc.size() - 1 - rng() % std::min<size_t>(loc.size() - 1, 8));
-    DecodedPayload d;
-    Status s = DecodePayload(WithLocationSection(c.p, loc), &d, c.w.Lookup());
-    if (s.ok()) {
-      ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(d, layout));
-    } else {
-      ++refused;
-      ASSERT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRandomLocationEditsCorruptOrWellFormed(c.w, c.p, 8, 40, &refused));
   EXPECT_GT(refused, 2000);
 }
 

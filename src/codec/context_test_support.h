@@ -320,6 +320,58 @@ std::vector<uint8_t> AsLegacyContextPayload(const World& w, const std::vector<ui
   return WithLocationSection(q, code);
 }
 
+StatusCode DecodeWith(const World& w, std::span<const uint8_t> p) {
+  DecodedPayload d;
+  return DecodePayload(p, &d, w.Lookup()).code();
+}
+
+// Payload `p` (of world `w`) decodes; every truncation, an extra byte and every single bit flip
+// of it are corrupt (the checksum covers everything).
+void ExpectEveryTruncationAndBitFlipCorrupt(const World& w, const std::vector<uint8_t>& p) {
+  ASSERT_EQ(DecodeWith(w, p), StatusCode::kOk);
+  for (size_t len = 0; len < p.size(); ++len)
+    ASSERT_EQ(DecodeWith(w, std::span<const uint8_t>(p.data(), len)), StatusCode::kCorrupt) << "length " << len;
+  auto longer = p;
+  longer.push_back(0);
+  EXPECT_EQ(DecodeWith(w, longer), StatusCode::kCorrupt);
+  for (size_t byte = 0; byte < p.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      auto q = p;
+      q[byte] ^= static_cast<uint8_t>(1u << bit);
+      ASSERT_EQ(DecodeWith(w, q), StatusCode::kCorrupt) << "byte " << byte << " bit " << bit;
+    }
+}
+
+// 4,000 copies of payload `p` (of world `w`) with 1-3 random byte edits in its location section
+// (the first `table_bytes` bytes, where the mode's table sits, hit more often) and sometimes a
+// truncation, each re-signed: every one is refused as kCorrupt or decodes well formed. Sets
+// *refused to how many were refused.
+void ExpectRandomLocationEditsCorruptOrWellFormed(const World& w, const std::vector<uint8_t>& p, uint64_t seed,
+                                                  size_t table_bytes, int* refused) {
+  const auto raw = LocationSection(p);
+  PayloadLayout layout;
+  ASSERT_TRUE(ParsePayload(p, &layout).ok());
+  std::mt19937_64 rng(seed);
+  *refused = 0;
+  for (int i = 0; i < 4000; ++i) {
+    auto loc = raw;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % 3 == 0 ? rng() % std::min<size_t>(loc.size(), table_bytes) : rng() % loc.size();
+      loc[at] = rng() % 3 == 0 ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(loc[at] ^ (1u << (rng() % 8)));
+    }
+    if (rng() % 8 == 0) loc.resize(loc.size() - 1 - rng() % std::min<size_t>(loc.size() - 1, 8));
+    DecodedPayload d;
+    Status s = DecodePayload(WithLocationSection(p, loc), &d, w.Lookup());
+    if (s.ok()) {
+      ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(d, layout));
+    } else {
+      ++*refused;
+      ASSERT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    }
+  }
+}
+
 // Hand-built payloads: the format as documented, written without the encoder.
 std::vector<uint8_t> Seg(DType dtype, ValueKind kind, uint64_t tensor, uint64_t start, uint64_t count, uint64_t n) {
   std::vector<uint8_t> t = {DTypeCode(dtype), static_cast<uint8_t>(kind)};
