@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <vector>
 
@@ -21,93 +22,164 @@ namespace dcr {
 namespace HWY_NAMESPACE {
 
 using BandWords = std::array<uint64_t, kMaxContextBands>;
+constexpr size_t kTileWords = kMaskTileElements / 64;
 
-// Walks every element of every segment in payload order, 64 at a time, keeping each band's
-// running population. For each word it calls fn(segment, first element, band masks, band
-// populations before the word); mask[b] has bit j set iff element first + j is in band b.
-template <typename Fn>
-void WalkBands(std::span<const ContextSegment> segs, const ContextBands& bands, BandWords* run, Fn&& fn) {
-  const int k = bands.k;
-  uint64_t ge[(kMaxContextBands - 1) * (kMaskTileElements / 64)];
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
-    const uint64_t n = segs[s].base.size() / w;
-    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
-      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      const size_t words = (tn + 63) / 64;
-      if (k > 1)
-        ClassAtLeastMasksAnyWidth(segs[s].base.data() + tile * w, w, tn, f.shift, static_cast<uint32_t>(f.mask),
-                                  bands.t.data(), k - 1, ge);
-      for (size_t wd = 0; wd < words; ++wd) {
-        const size_t len = std::min<size_t>(64, tn - 64 * wd);
-        uint64_t above = len == 64 ? ~uint64_t{0} : (uint64_t{1} << len) - 1;  // class >= t[b - 1]
-        BandWords mask;
-        for (int b = 0; b < k; ++b) {
-          const uint64_t next = b + 1 < k ? ge[static_cast<size_t>(b) * words + wd] : 0;
-          mask[static_cast<size_t>(b)] = above & ~next;
-          above = next;
-        }
-        fn(s, tile + 64 * wd, mask, *run);
-        for (int b = 0; b < k; ++b) (*run)[static_cast<size_t>(b)] += static_cast<uint64_t>(PopCount64(mask[static_cast<size_t>(b)]));
-      }
+// A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
+// (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
+// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band.
+struct TileRows {
+  uint64_t w[(kMaxContextBands + 1) * kTileWords];
+  size_t words = 0;
+  uint64_t Band(size_t b, size_t wd) const { return w[b * words + wd] & ~w[(b + 1) * words + wd]; }
+};
+
+// Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
+void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile, size_t tn,
+                  const ContextBands& bands, TileRows* rows) {
+  const size_t k = static_cast<size_t>(bands.k), words = (tn + 63) / 64;
+  rows->words = words;
+  for (size_t wd = 0; wd < words; ++wd) rows->w[wd] = ~uint64_t{0};
+  if (tn % 64 != 0) rows->w[words - 1] = (uint64_t{1} << (tn % 64)) - 1;
+  if (k > 1)
+    ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
+                              bands.t.data(), static_cast<int>(k) - 1, rows->w + words);
+  for (size_t wd = 0; wd < words; ++wd) rows->w[k * words + wd] = 0;
+}
+
+// The band of each class value.
+std::array<uint8_t, 256> BandTable(const ContextBands& bands) {
+  std::array<uint8_t, 256> band{};
+  for (uint32_t c = 0; c < 256; ++c) band[c] = static_cast<uint8_t>(bands.BandOf(c));
+  return band;
+}
+
+// Encoder state across tiles: per band, the elements before the tile, the ordinal a change would
+// take with gap 0, and where its next gap goes.
+struct EncodeCursor {
+  BandWords run{}, next{};
+  std::array<uint64_t*, kMaxContextBands> out{};
+};
+
+// One tile: per word and band, the band's elements in the tile before the word; then every change
+// of the tile takes its ordinal from those counts and one popcount, with no loop over words.
+template <typename U>
+const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
+                           size_t k, const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
+                           EncodeCursor* cur) {
+  uint16_t before[kMaxContextBands][kTileWords];
+  BandWords in_tile{};
+  for (size_t wd = 0; wd < rows.words; ++wd)
+    for (size_t b = 0; b < k; ++b) {
+      before[b][wd] = static_cast<uint16_t>(in_tile[b]);
+      in_tile[b] += static_cast<uint64_t>(PopCount64(rows.Band(b, wd)));
     }
+  const uint64_t tile_end = tile + 64 * rows.words;
+  for (; pos != end && *pos < tile_end; ++pos) {
+    U v;
+    std::memcpy(&v, seg.base.data() + size_t{*pos} * sizeof(U), sizeof(U));
+    const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask)];
+    const uint64_t p = *pos - tile, wd = p >> 6;
+    const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
+    const uint64_t ordinal = cur->run[b] + before[b][wd] + static_cast<uint64_t>(PopCount64(below));
+    *cur->out[b]++ = ordinal - cur->next[b];
+    cur->next[b] = ordinal + 1;
   }
+  for (size_t b = 0; b < k; ++b) cur->run[b] += in_tile[b];
+  return pos;
 }
 
 // Each band's gaps (in band ordinals): band b's go to gaps[offset[b]...] in position order.
 // *population = each band's population.
 void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                     const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
-  BandWords next{};  // per band, the ordinal a change would take with gap 0
-  std::array<uint64_t*, kMaxContextBands> out;
-  for (size_t b = 0; b < kMaxContextBands; ++b) out[b] = gaps + offset[b];
-  *population = BandWords{};
-  const uint32_t* pos = nullptr;
-  const uint32_t* pos_end = nullptr;
-  size_t seg = SIZE_MAX;
-  WalkBands(segs, bands, population, [&](size_t s, uint64_t first, const BandWords& mask, const BandWords& run) {
-    if (s != seg) seg = s, pos = positions[s].data(), pos_end = pos + positions[s].size();
-    for (; pos != pos_end && *pos < first + 64; ++pos) {
-      const uint64_t bit = uint64_t{1} << (*pos - first);
-      size_t b = 0;  // the band holding the bit, without a data-dependent branch
-      for (size_t i = 1; i < static_cast<size_t>(bands.k); ++i) b += (mask[i] & bit) != 0 ? i : 0;
-      const uint64_t ordinal = run[b] + static_cast<uint64_t>(PopCount64(mask[b] & (bit - 1)));
-      *out[b]++ = ordinal - next[b];
-      next[b] = ordinal + 1;
-    }
-  });
-}
-
-// The (j+1)-th lowest set bit of `mask` (which has more than j set bits).
-HWY_INLINE int SelectBit(uint64_t mask, uint64_t j) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
-  return static_cast<int>(_tzcnt_u64(_pdep_u64(uint64_t{1} << j, mask)));
-#else
-  for (; j > 0; --j) mask &= mask - 1;
-  return __builtin_ctzll(mask);
-#endif
-}
-
-// Places each band's changed ordinals back at positions: band b's are ordinals[offset[b] ..
-// offset[b] + count[b]), followed by a UINT64_MAX sentinel. positions[s] must hold expected[s]
-// slots. Returns false if a segment would get more than expected[s]; *placed[b] = ordinals of
-// band b placed (fewer than count[b] when an ordinal lies past the band's population); *filled[s]
-// = positions written to segment s.
-bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands, const uint64_t* ordinals,
-                    const BandWords& offset, std::span<const uint64_t> expected,
-                    std::span<std::vector<uint32_t>* const> positions, std::array<size_t, kMaxContextBands>* placed,
-                    std::vector<uint64_t>* filled) {
-  // Band-major per tile: each band scans its own word masks (a tight loop whose branch is
-  // predictable for the many bands with few changes), marking its changes in a tile bitmap;
-  // the bitmap then yields the tile's positions in ascending order.
   const size_t k = static_cast<size_t>(bands.k);
-  BandWords target, run{};  // per band: the next changed ordinal (the sentinel at the end), population so far
-  std::array<const uint64_t*, kMaxContextBands> at{};
-  for (size_t b = 0; b < kMaxContextBands; ++b) at[b] = ordinals + offset[b], target[b] = *at[b];
-  constexpr size_t kWords = kMaskTileElements / 64;
-  uint64_t ge[(kMaxContextBands - 1) * kWords];
-  uint64_t hit[kWords];
+  const std::array<uint8_t, 256> band_of = BandTable(bands);
+  EncodeCursor cur;
+  for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
+  TileRows rows;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const ContextClassFn f = ContextClassFor(segs[s].dtype);
+    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const uint64_t n = segs[s].base.size() / w;
+    const uint32_t* pos = positions[s].data();
+    const uint32_t* end = pos + positions[s].size();
+    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
+      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      switch (w) {
+        case 1: pos = EncodeTile<uint8_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        case 2: pos = EncodeTile<uint16_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        case 4: pos = EncodeTile<uint32_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        default: pos = EncodeTile<uint64_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+      }
+    }
+  }
+  *population = cur.run;
+}
+
+// The (j+1)-th lowest set bit of `m` (which has more than j set bits), without BMI2: byte
+// populations by SWAR, their prefix sums by one multiply, then a table for the byte.
+int SelectBitPortable(uint64_t m, uint64_t j) {
+  static constexpr auto kInByte = [] {
+    std::array<std::array<uint8_t, 8>, 256> t{};
+    for (int v = 0; v < 256; ++v)
+      for (int i = 0, seen = 0; i < 8; ++i)
+        if (v >> i & 1) t[static_cast<size_t>(v)][static_cast<size_t>(seen++)] = static_cast<uint8_t>(i);
+    return t;
+  }();
+  uint64_t s = m - ((m >> 1) & 0x5555555555555555ull);
+  s = (s & 0x3333333333333333ull) + ((s >> 2) & 0x3333333333333333ull);
+  s = (s + (s >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  const uint64_t prefix = s * 0x0101010101010101ull;  // byte i: set bits in bytes 0..i
+  // Bytes whose prefix is <= j lie wholly before the wanted bit; they are the low bytes.
+  const uint64_t le = ((j * 0x0101010101010101ull) | 0x8080808080808080ull) - prefix;
+  const int byte = PopCount64(le & 0x8080808080808080ull);
+  const uint64_t before = byte == 0 ? 0 : (prefix >> (8 * byte - 8)) & 0xff;
+  return 8 * byte + kInByte[(m >> (8 * byte)) & 0xff][j - before];
+}
+
+// The bits of `bits` (low popcount(m) bits) placed at the set bits of `m`, in order: BMI2 pdep
+// where the CPU has a fast one.
+HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
+  if (fast_pdep) return _pdep_u64(bits, m);
+#else
+  (void)fast_pdep;
+#endif
+  uint64_t out = 0;
+  for (; bits != 0; bits &= bits - 1)
+    out |= uint64_t{1} << SelectBitPortable(m, static_cast<uint64_t>(__builtin_ctzll(bits)));
+  return out;
+}
+
+// `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
+// at / 64 and at / 64 + 1.
+HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
+  const uint64_t* p = bitmap + (at >> 6);
+  const int o = static_cast<int>(at & 63);
+  const uint64_t v = (p[0] >> o) | ((p[1] << 1) << (63 - o));
+  return count == 64 ? v : v & ((uint64_t{1} << count) - 1);
+}
+
+// Places each band's changed ordinals at their positions. Band b's are ordinals[b][0, count[b])
+// (ascending) and, as a bitmap, bitmap[b] (bit o set iff ordinal o changed; allocated and zero
+// from the word after its last set bit through kTileWords + 1 more words). positions[s] must hold
+// expected[s] slots. Returns false if a segment would get more than expected[s]; *placed[b] =
+// ordinals of band b placed (fewer than count[b] when an ordinal lies past the band's
+// population); *filled[s] = positions written to segment s.
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
+                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, const BandWords& count,
+                    bool fast_pdep, std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
+                    BandWords* placed, std::vector<uint64_t>* filled) {
+  // Band-major per tile: each band with changes left deposits its slice of the ordinal bitmap
+  // onto its element mask word by word (branch-free), into a tile bitmap of changed elements;
+  // that bitmap then yields the tile's positions in ascending order.
+  const size_t k = static_cast<size_t>(bands.k);
+  BandWords run{};  // per band: population before the tile
+  *placed = BandWords{};
+  TileRows rows;
+  uint64_t hit[kTileWords];
   bool ok = true;
   for (size_t s = 0; s < segs.size() && ok; ++s) {
     const ContextClassFn f = ContextClassFor(segs[s].dtype);
@@ -117,26 +189,25 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
     uint64_t room = expected[s];
     for (uint64_t tile = 0; tile < n && ok; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      const size_t words = (tn + 63) / 64;
-      const uint64_t last = tn % 64 == 0 ? ~uint64_t{0} : (uint64_t{1} << (tn % 64)) - 1;  // valid bits, last word
-      if (k > 1)
-        ClassAtLeastMasksAnyWidth(segs[s].base.data() + tile * w, w, tn, f.shift, static_cast<uint32_t>(f.mask),
-                                  bands.t.data(), static_cast<int>(k) - 1, ge);
+      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      const size_t words = rows.words;
       for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
       for (size_t b = 0; b < k; ++b) {
-        const uint64_t* above = b > 0 ? ge + (b - 1) * words : nullptr;  // class >= t[b - 1]
-        const uint64_t* next = b + 1 < k ? ge + b * words : nullptr;      // class >= t[b]
-        uint64_t t = target[b], r = run[b];
+        if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
+        uint64_t r = run[b], in_tile = 0;
+        for (size_t wd = 0; wd < words; ++wd) in_tile += static_cast<uint64_t>(PopCount64(rows.Band(b, wd)));
+        run[b] += in_tile;
+        if (ordinals[b][(*placed)[b]] >= r + in_tile) continue;  // no change of the band in this tile
+        uint64_t deposited = 0;
         for (size_t wd = 0; wd < words; ++wd) {
-          const uint64_t m = (above ? above[wd] : (wd + 1 == words ? last : ~uint64_t{0})) & ~(next ? next[wd] : 0);
-          const uint64_t stop = r + static_cast<uint64_t>(PopCount64(m));
-          while (t < stop) {
-            hit[wd] |= uint64_t{1} << SelectBit(m, t - r);
-            t = *++at[b];
-          }
-          r = stop;
+          const uint64_t m = rows.Band(b, wd);
+          const int c = PopCount64(m);
+          const uint64_t bits = BitsAt(bitmap[b], r, c);
+          hit[wd] |= DepositBits(bits, m, fast_pdep);
+          deposited += static_cast<uint64_t>(PopCount64(bits));
+          r += static_cast<uint64_t>(c);
         }
-        target[b] = t, run[b] = r;
+        (*placed)[b] += deposited;
       }
       for (size_t wd = 0; wd < words; ++wd) {
         uint64_t h = hit[wd];
@@ -152,7 +223,6 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
     }
     (*filled)[s] = expected[s] - room;
   }
-  for (size_t b = 0; b < kMaxContextBands; ++b) (*placed)[b] = static_cast<size_t>(at[b] - (ordinals + offset[b]));
   return ok;
 }
 
@@ -161,6 +231,10 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
 
@@ -179,7 +253,31 @@ std::vector<uint64_t>& ScratchWords(uint64_t n) {
   return scratch;
 }
 
+// A tile's words: DecodeBandWalk reads up to this many plus one past a band bitmap's last set bit's word.
+constexpr uint64_t kTileWordsAfter = kMaskTileElements / 64;
+
+// Whether BMI2 pdep is fast: it is microcoded, at tens of cycles per mask bit, on AMD before
+// Zen 3 (family 0x19) and on Hygon; elsewhere on x86-64 with BMI2 it takes a few cycles.
+bool FastBitDeposit() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amd_like = (ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163) ||  // AuthenticAMD
+                        (ebx == 0x6f677948 && edx == 0x6e65476e && ecx == 0x656e6975);    // HygonGenuine
+  if (!amd_like) return true;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned base_family = (eax >> 8) & 0xf;
+  return base_family + (base_family == 0xf ? (eax >> 20) & 0xff : 0) >= 0x19;  // Hygon is 0x18
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_portable_deposit{false};
+
 }  // namespace
+
+void ForcePortableBitDeposit(bool portable) { g_portable_deposit.store(portable); }
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out) {
@@ -234,24 +332,39 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
 
-  // Changed ordinals, band after band, ascending within a band, each band followed by a
-  // UINT64_MAX sentinel; memory bounded by the payload's change count.
-  std::vector<uint64_t>& ordinals = ScratchWords(total_expected + kMaxContextBands);
+  // Changed ordinals, band after band, ascending within a band, and the same as one bitmap per
+  // band over its ordinals, zero for kTileWords + 1 words past its last one (DecodeBandWalk
+  // reads that far). Memory: 8 bytes per change plus a bit per ordinal up to each band's last.
+  std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
   std::array<uint64_t, kMaxContextBands> offset{};
-  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1] + 1;
+  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1];
   BitReader bits(r.Rest());
-  for (size_t b = 0; b < kMaxContextBands; ++b) {
-    uint64_t* o = ordinals.data() + offset[b];
-    if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, o))
+  for (size_t b = 0; b < kMaxContextBands; ++b)
+    if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, ordinals.data() + offset[b]))
       return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-    o[count[b]] = UINT64_MAX;
-  }
   if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
 
+  std::array<uint64_t, kMaxContextBands + 1> map_at{};
+  for (size_t b = 0; b < kMaxContextBands; ++b)
+    map_at[b + 1] = map_at[b] + (count[b] == 0 ? 0 : (ordinals[offset[b] + count[b] - 1] >> 6) + kTileWordsAfter + 2);
+  thread_local std::vector<uint64_t> bitmaps;
+  if (bitmaps.size() < map_at[kMaxContextBands]) bitmaps.resize(map_at[kMaxContextBands]);
+  std::fill_n(bitmaps.begin(), map_at[kMaxContextBands], 0);
+  std::array<const uint64_t*, kMaxContextBands> band_ordinals, band_bitmap;
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
+    uint64_t* map = bitmaps.data() + map_at[b];
+    for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) map[ordinals[i] >> 6] |= uint64_t{1} << (ordinals[i] & 63);
+    band_ordinals[b] = ordinals.data() + offset[b];
+    band_bitmap[b] = map;
+  }
+
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  std::array<size_t, kMaxContextBands> placed;
+  std::array<uint64_t, kMaxContextBands> placed;
   std::vector<uint64_t> filled(segs.size(), 0);
-  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals.data(), offset, expected, positions, &placed, &filled))
+  static const bool fast_cpu = FastBitDeposit();
+  const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
+  if (!HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, band_ordinals, band_bitmap, count, fast_pdep, expected,
+                                            positions, &placed, &filled))
     return Corrupt("banded context code: a segment has more changes than its table entry");
   for (size_t b = 0; b < k8; ++b)
     if (placed[b] != count[b])

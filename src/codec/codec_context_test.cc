@@ -5,6 +5,7 @@
 // base it never crashes and never addresses elements outside its segments; hostile class tables
 // are kCorrupt.
 #include "codec/context_test_support.h"
+#include "codec/simd_masks.h"
 
 namespace dcr {
 namespace {
@@ -119,6 +120,36 @@ TEST(ContextRoundTrip, WhenSmallerPicksContextWhenTheExponentPredictsChangesAndP
   const std::vector<SegmentSpec> run = {{0, DType::kU8, ValueKind::kXor, 0, 100000}};
   ExpectContextRoundTrip(r, run, "run");
   EXPECT_EQ(ModeOf(r.Encode(run, With(Context::kWhenSmaller))), CodecMode::kPlain);
+}
+
+TEST(ContextRoundTrip, EverySimdTargetAndBothBitDepositsGiveTheSameBytesAndPositions) {
+  // The band walks are compiled per SIMD target, and decoding deposits ordinals with BMI2 pdep
+  // where it is fast or a portable select otherwise: every combination must agree.
+  std::mt19937_64 rng(6);
+  World w;
+  w.Add(0, DType::kBF16, 70000, rng, 0, 70000, [](uint64_t old) {
+    const uint64_t e = (old >> 7) & 0xff;
+    return e < 0x76 ? 0.6 : e < 0x79 ? 0.1 : 0.002;
+  });
+  w.Add(1, DType::kF32, 9000, rng, 0, 9000, 0.05);
+  w.Add(2, DType::kF16, 5000, rng, 0, 5000, 0.3);
+  const std::vector<SegmentSpec> specs = {{0, DType::kBF16, ValueKind::kXor, 0, 40000},
+                                          {0, DType::kBF16, ValueKind::kXor, 40000, 30000},
+                                          {1, DType::kF32, ValueKind::kXor, 0, 9000},
+                                          {2, DType::kF16, ValueKind::kOverwrite, 17, 4983}};
+  const auto want = w.Encode(specs, With(Context::kAlways));
+  ASSERT_EQ(ModeOf(want), CodecMode::kContextBands);
+  for (int64_t target : CompiledSimdTargets())
+    for (bool portable : {false, true}) {
+      const std::string what = std::string(SimdTargetName(target)) + (portable ? ", portable deposit" : "");
+      ForceSimdTarget(target);
+      ForcePortableBitDeposit(portable);
+      EXPECT_EQ(w.Encode(specs, With(Context::kAlways)), want) << what;
+      ExpectContextRoundTrip(w, specs, what);
+      ForceSimdTarget(0);
+      ForcePortableBitDeposit(false);
+      if (testing::Test::HasFailure()) return;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -93,8 +93,10 @@ void ClassAtLeastMasksScalar(const uint8_t* bytes, size_t from, size_t count, in
 }
 
 // Classes are at most 8 bits, so comparing them as signed lanes of the element's width is exact.
-template <typename T>
-void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
+// K (the threshold count) is a template parameter so that the K words being built stay in
+// registers.
+template <typename T, int K>
+void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
                         uint64_t* out) {
   using TI = hwy::MakeSigned<T>;
   const Tag64<T> d;
@@ -105,17 +107,34 @@ void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t 
   const auto cmask = hn::Set(d, static_cast<T>(class_mask));
   // class >= t  <=>  class > t - 1. Scalars, broadcast at the compare: SVE vectors are sizeless
   // and cannot be array elements.
-  TI below[7];
-  for (int i = 0; i < k; ++i) below[i] = static_cast<TI>(t[i] - 1);
+  TI below[K];
+  for (int i = 0; i < K; ++i) below[i] = static_cast<TI>(t[i] - 1);
   for (size_t w = 0; w < full; ++w) {
-    uint64_t word[7] = {0, 0, 0, 0, 0, 0, 0};
+    uint64_t word[K] = {};
     for (size_t j = 0; j < 64; j += n) {
       const auto c = hn::BitCast(di, hn::And(hn::ShiftRightSame(hn::LoadU(d, e + 64 * w + j), shift), cmask));
-      for (int i = 0; i < k; ++i) word[i] |= MaskWord(di, hn::Gt(c, hn::Set(di, below[i]))) << j;
+      HWY_UNROLL(7)
+      for (int i = 0; i < K; ++i) word[i] |= MaskWord(di, hn::Gt(c, hn::Set(di, below[i]))) << j;
     }
-    for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+    HWY_UNROLL(7)
+    for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
   }
-  ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, k, words, out);
+  ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+}
+
+template <typename T>
+void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
+                        uint64_t* out) {
+  switch (k) {
+    case 0: return;
+    case 1: return ClassAtLeastMasksK<T, 1>(bytes, count, shift, class_mask, t, out);
+    case 2: return ClassAtLeastMasksK<T, 2>(bytes, count, shift, class_mask, t, out);
+    case 3: return ClassAtLeastMasksK<T, 3>(bytes, count, shift, class_mask, t, out);
+    case 4: return ClassAtLeastMasksK<T, 4>(bytes, count, shift, class_mask, t, out);
+    case 5: return ClassAtLeastMasksK<T, 5>(bytes, count, shift, class_mask, t, out);
+    case 6: return ClassAtLeastMasksK<T, 6>(bytes, count, shift, class_mask, t, out);
+    default: return ClassAtLeastMasksK<T, 7>(bytes, count, shift, class_mask, t, out);
+  }
 }
 
 HWY_INLINE void ClassAtLeastMasksAnyWidth(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm,
