@@ -1,6 +1,7 @@
 #include "codec/band_fit.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -10,8 +11,17 @@ namespace {
 
 constexpr int kClassValues = 256;
 // Fitting sees every 8th element's class (plus every change's): enough to place thresholds, and
-// it keeps the fit a small part of the O(dense) work.
+// it keeps the fit a small part of the O(dense) work. Larger payloads are sampled more sparsely
+// (about kMinSamples elements at a power-of-two stride) so that the fit does not read every cache
+// line of the old bits once more.
 constexpr uint64_t kSampleStride = 8;
+constexpr uint64_t kMinSamples = 1 << 15;
+
+uint64_t SampleStride(std::span<const ContextSegment> segs) {
+  uint64_t n = 0;
+  for (const ContextSegment& s : segs) n += s.base.size() / DTypeWidth(s.dtype);
+  return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(n / kMinSamples, 1)));
+}
 // The fit works on at most this many groups of adjacent present class values.
 constexpr size_t kMaxFitUnits = 48;
 
@@ -24,9 +34,13 @@ double BandBits(double p, double c) {
   return -p * (q * std::log2(q) + (1 - q) * std::log2(1 - q)) + 24;
 }
 
+// Four interleaved histograms per count: neighbouring elements mostly share a class, and
+// increments of one counter in a row would wait on each other's stores.
+using ClassCounts = std::array<uint32_t, 4 * kClassValues>;
+
 template <typename U>
-void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions, std::array<uint64_t, kClassValues>* pop,
-                  std::array<uint64_t, kClassValues>* chg) {
+void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions, uint64_t stride, ClassCounts* pop,
+                  ClassCounts* chg) {
   const ContextClassFn f = ContextClassFor(seg.dtype);
   const uint8_t* p = seg.base.data();
   const uint64_t n = seg.base.size() / sizeof(U);
@@ -35,22 +49,44 @@ void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
     return static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask);
   };
-  for (uint64_t i = 0; i < n; i += kSampleStride) (*pop)[class_at(i)] += kSampleStride;
-  for (uint32_t i : positions) ++(*chg)[class_at(i)];
+  uint64_t i = 0;
+  for (; i + 4 * stride <= n; i += 4 * stride)
+    for (size_t lane = 0; lane < 4; ++lane) ++(*pop)[lane * kClassValues + class_at(i + lane * stride)];
+  for (; i < n; i += stride) ++(*pop)[class_at(i)];
+  size_t k = 0;
+  for (; k + 4 <= positions.size(); k += 4)
+    for (size_t lane = 0; lane < 4; ++lane) ++(*chg)[lane * kClassValues + class_at(positions[k + lane])];
+  for (; k < positions.size(); ++k) ++(*chg)[class_at(positions[k])];
 }
 
 }  // namespace
 
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions) {
+  // 32-bit counters, folded into the totals at the end, or before 2^31 elements could overflow them.
+  ClassCounts pop4{}, chg4{};
+  uint64_t unfolded = 0;
   std::array<uint64_t, kClassValues> pop{}, chg{};
+  const uint64_t stride = SampleStride(segs);
+  auto fold = [&] {
+    for (size_t c = 0; c < kClassValues; ++c) {
+      pop[c] += stride * (uint64_t{pop4[c]} + pop4[kClassValues + c] + pop4[2 * kClassValues + c] + pop4[3 * kClassValues + c]);
+      chg[c] += uint64_t{chg4[c]} + chg4[kClassValues + c] + chg4[2 * kClassValues + c] + chg4[3 * kClassValues + c];
+    }
+    pop4.fill(0);
+    chg4.fill(0);
+  };
   for (size_t s = 0; s < segs.size(); ++s) {
+    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
+    if (unfolded + n > (uint64_t{1} << 31)) fold(), unfolded = 0;
+    unfolded += n;
     switch (DTypeWidth(segs[s].dtype)) {
-      case 1: CountClasses<uint8_t>(segs[s], positions[s], &pop, &chg); break;
-      case 2: CountClasses<uint16_t>(segs[s], positions[s], &pop, &chg); break;
-      case 4: CountClasses<uint32_t>(segs[s], positions[s], &pop, &chg); break;
-      default: CountClasses<uint64_t>(segs[s], positions[s], &pop, &chg); break;
+      case 1: CountClasses<uint8_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
+      case 2: CountClasses<uint16_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
+      case 4: CountClasses<uint32_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
+      default: CountClasses<uint64_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
     }
   }
+  fold();
   std::vector<int> present;
   for (int c = 0; c < kClassValues; ++c)
     if (std::max(pop[c], chg[c]) > 0) present.push_back(c);
@@ -78,12 +114,16 @@ FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<cons
   // cost[k][j]: best cost of units [0, j) in k bands; from[k][j]: where the last band starts.
   std::vector<std::vector<double>> cost(static_cast<size_t>(kmax) + 1, std::vector<double>(m + 1, kInf));
   std::vector<std::vector<size_t>> from(static_cast<size_t>(kmax) + 1, std::vector<size_t>(m + 1, 0));
+  // band[i * (m + 1) + j]: the cost of units [i, j) as one band, shared by every band count.
+  std::vector<double> band((m + 1) * (m + 1), kInf);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = i + 1; j <= m; ++j) band[i * (m + 1) + j] = BandBits(sp[j] - sp[i], sc[j] - sc[i]);
   cost[0][0] = 0;
   for (size_t k = 1; k <= static_cast<size_t>(kmax); ++k)
     for (size_t j = 1; j <= m; ++j)
       for (size_t i = k - 1; i < j; ++i) {
         if (cost[k - 1][i] >= kInf) continue;
-        const double v = cost[k - 1][i] + BandBits(sp[j] - sp[i], sc[j] - sc[i]) + 8;
+        const double v = cost[k - 1][i] + band[i * (m + 1) + j] + 8;
         if (v < cost[k][j]) cost[k][j] = v, from[k][j] = i;
       }
   size_t k_best = 1;

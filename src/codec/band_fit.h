@@ -31,7 +31,8 @@ struct FittedBands {
 
 // The bands that minimise an estimate of the code size for these changes: contiguous groups of
 // class values with the binary entropy of "changed" in each, plus each band's table cost.
-// Populations are sampled (every 8th element) and changes counted exactly; deterministic.
+// Populations are sampled (every 8th element, sparser in large payloads) and changes counted
+// exactly; deterministic.
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions);
 
 }  // namespace dcr

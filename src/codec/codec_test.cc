@@ -313,6 +313,28 @@ TEST(LocationCoding, RandomSetsRoundTripForEveryBlockSizeAndDensity) {
   }
 }
 
+TEST(LocationCoding, TheLowerBoundNeverExceedsTheCodeAndIsCloseForScatteredChanges) {
+  // Context mode's choice trusts the bound: a bound above the real size would pick a larger code.
+  std::mt19937_64 rng(16);
+  for (int block_log2 : {3, 4, 7, 10, 16})
+    for (double density : {0.0, 0.0001, 0.005, 0.05, 0.3, 0.9, 1.0})
+      for (int runs : {0, 1}) {
+        const uint64_t count = 1 + rng() % 70000;
+        std::vector<uint32_t> pos;
+        std::bernoulli_distribution coin(density);
+        for (uint64_t i = 0; i < count; ++i)
+          if (runs ? coin(rng) || (!pos.empty() && pos.back() + 1 == i && i % 7 != 0) : coin(rng))
+            pos.push_back(static_cast<uint32_t>(i));
+        const uint64_t exact = LocationCodeBytes(pos, count, block_log2), bound = LocationCodeBytesLowerBound(pos, count, block_log2);
+        const std::string what = "block 2^" + std::to_string(block_log2) + " density " + std::to_string(density) + " runs " + std::to_string(runs);
+        EXPECT_LE(bound, exact) << what;
+        // Scattered changes in large blocks (the real case) are Rice-coded: within ~10 %.
+        if (!runs && block_log2 == 16 && density > 0 && density <= 0.05 && pos.size() > 200) {
+          EXPECT_GE(static_cast<double>(bound), 0.9 * static_cast<double>(exact)) << what;
+        }
+      }
+}
+
 TEST(LocationCoding, BlockBoundariesAndTheLastElementRoundTrip) {
   const int block_log2 = 4;
   const uint64_t count = 16 * 5 + 3;  // last block is short

@@ -22,6 +22,10 @@ void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int bl
 // The size in bytes of what EncodeLocations would append, without writing it.
 uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2);
 
+// A lower bound on LocationCodeBytes from each block's change count, first and last position and
+// run count (no gap-by-gap costing): O(blocks × log + positions) and cheap per position.
+uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2);
+
 // Decodes the code in `in` for a chunk of `count` elements that must hold exactly `expected`
 // positions. Fails with kCorrupt on any malformed input; never reads outside `in`.
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,

@@ -86,15 +86,23 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
     EncodeBandedLocations(context_segments_, per_segment, &context_raw_);
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
-    uint64_t loc_bound = 0, plain_bytes = 0;
+    uint64_t loc_bound = 0, plain_at_least = 0;
     for (size_t i = 0; i < context_segments_.size(); ++i) {
       const uint64_t count = context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype);
       loc_bound += MaxLocationBytes(count, options_.block_log2);
       if (options_.context != EncodeOptions::Context::kAlways)
-        plain_bytes += LocationCodeBytes(per_segment[i], count, options_.block_log2);
+        plain_at_least += LocationCodeBytesLowerBound(per_segment[i], count, options_.block_log2);
     }
-    if (context_raw_.size() <= loc_bound &&
-        (options_.context == EncodeOptions::Context::kAlways || context_raw_.size() < plain_bytes)) {
+    // The plain code's exact size only when the cheap lower bound does not already decide.
+    auto smaller_than_plain = [&] {
+      if (context_raw_.size() < plain_at_least) return true;
+      uint64_t plain_bytes = 0;
+      for (size_t i = 0; i < context_segments_.size(); ++i)
+        plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
+                                         options_.block_log2);
+      return context_raw_.size() < plain_bytes;
+    };
+    if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
       mode = CodecMode::kContextBands;
       loc_raw_.swap(context_raw_);
     } else {

@@ -14,31 +14,35 @@ namespace dcr {
 
 inline constexpr int kMaxContextRice = 30;
 
-// Bits of coding `gaps` with parameter r.
-inline uint64_t RiceBits(std::span<const uint64_t> gaps, int r) {
-  uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1);
-  for (uint64_t g : gaps) bits += g >> r;
-  return bits;
-}
-
 // The parameter for `gaps` (non-empty) of changes among `population` elements: near the optimum
-// for geometric gaps, then the exact best of three (the smallest on ties).
+// for geometric gaps, then the exact best of three (the smallest on ties), costed in one pass.
 inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population) {
   const uint64_t mean = (population - gaps.size()) / gaps.size();
   const int est = mean == 0 ? 0 : std::bit_width(mean) - 1;
-  int rice = 0;
+  const int lo = std::max(0, est - 1), hi = std::min(kMaxContextRice, est + 1);
+  uint64_t q0 = 0, q1 = 0, q2 = 0;  // sum of gap >> r for r = lo, lo + 1, lo + 2
+  for (uint64_t g : gaps) q0 += g >> lo, q1 += g >> (lo + 1), q2 += g >> (lo + 2);
+  const uint64_t quotients[3] = {q0, q1, q2};
+  int rice = lo;
   uint64_t best = UINT64_MAX;
-  for (int r = std::max(0, est - 1); r <= std::min(kMaxContextRice, est + 1); ++r) {
-    const uint64_t bits = RiceBits(gaps, r);
+  for (int r = lo; r <= hi; ++r) {
+    const uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1) + quotients[r - lo];
     if (bits < best) best = bits, rice = r;
   }
   return rice;
 }
 
+// Each gap as one write when its code fits one (quotient below 32), else unary then low bits.
 inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
+  const uint64_t low = (uint64_t{1} << r) - 1;
   for (uint64_t g : gaps) {
-    w.PutUnary(g >> r);
-    if (r > 0) w.Put(g & ((uint64_t{1} << r) - 1), r);
+    const uint64_t q = g >> r;
+    if (q < 32 && r <= 24) {
+      w.Put(((uint64_t{1} << q) - 1) | ((g & low) << (q + 1)), static_cast<int>(q) + 1 + r);
+      continue;
+    }
+    w.PutUnary(q);
+    if (r > 0) w.Put(g & low, r);
   }
 }
 
