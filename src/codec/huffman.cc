@@ -1,12 +1,14 @@
 #include "codec/huffman.h"
 
 #include <algorithm>
-#include <queue>
 
 namespace dcr {
 namespace {
 
-// Code lengths of an optimal prefix code; deterministic (ties broken by node index).
+// Code lengths of an optimal prefix code; deterministic (ties broken by node index: leaves in
+// symbol order, then internal nodes in creation order). Two queues: the leaves sorted by
+// (weight, index), and the internal nodes, which are created in that order already; each merge
+// takes the smaller front twice, as a priority queue of (weight, index) would.
 std::vector<uint8_t> HuffmanLengths(std::span<const uint64_t> freq) {
   const size_t n = freq.size();
   std::vector<uint8_t> len(n, 0);
@@ -17,32 +19,30 @@ std::vector<uint8_t> HuffmanLengths(std::span<const uint64_t> freq) {
     len[used[0]] = 1;
     return len;
   }
-  // Nodes: leaves then internal; parent links give each leaf's depth.
-  std::vector<uint64_t> weight;
-  std::vector<size_t> parent;
-  using Item = std::pair<uint64_t, size_t>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
-  for (size_t s : used) {
-    q.push({freq[s], weight.size()});
-    weight.push_back(freq[s]);
-    parent.push_back(SIZE_MAX);
+  const size_t u = used.size();
+  // Nodes: leaves 0..u-1 (in symbol order), then internal ones; parent links give depths.
+  std::vector<uint64_t> weight(2 * u - 1);
+  std::vector<size_t> parent(2 * u - 1, SIZE_MAX);
+  for (size_t i = 0; i < u; ++i) weight[i] = freq[used[i]];
+  std::vector<size_t> leaves(u);
+  for (size_t i = 0; i < u; ++i) leaves[i] = i;
+  std::stable_sort(leaves.begin(), leaves.end(), [&](size_t a, size_t b) { return weight[a] < weight[b]; });
+  size_t next_leaf = 0, next_internal = u, created = u;
+  auto pop = [&] {
+    const bool leaf = next_leaf < u && (next_internal == created || weight[leaves[next_leaf]] <= weight[next_internal]);
+    return leaf ? leaves[next_leaf++] : next_internal++;
+  };
+  while (created < 2 * u - 1) {
+    const size_t a = pop(), b = pop();
+    weight[created] = weight[a] + weight[b];
+    parent[a] = parent[b] = created;
+    ++created;
   }
-  while (q.size() > 1) {
-    auto [wa, a] = q.top();
-    q.pop();
-    auto [wb, b] = q.top();
-    q.pop();
-    size_t node = weight.size();
-    weight.push_back(wa + wb);
-    parent.push_back(SIZE_MAX);
-    parent[a] = parent[b] = node;
-    q.push({wa + wb, node});
-  }
-  for (size_t i = 0; i < used.size(); ++i) {
-    int depth = 0;
-    for (size_t p = i; parent[p] != SIZE_MAX; p = parent[p]) ++depth;
-    len[used[i]] = static_cast<uint8_t>(std::min(depth, 255));
-  }
+  // Depths from the root down: a parent is created after its children.
+  std::vector<uint32_t> depth(2 * u - 1, 0);
+  for (size_t i = 2 * u - 1; i-- > 0;)
+    if (parent[i] != SIZE_MAX) depth[i] = depth[parent[i]] + 1;
+  for (size_t i = 0; i < u; ++i) len[used[i]] = static_cast<uint8_t>(std::min<uint32_t>(depth[i], 255));
   return len;
 }
 

@@ -5,24 +5,12 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "protocol/state_digest_simd.h"
 
 namespace dcr {
 namespace {
 
 constexpr uint64_t kDigestSliceElements = 1ull << 22;
-
-template <typename U>
-Digest128 DigestTyped(uint64_t key, const uint8_t* p, uint64_t n, uint64_t first) {
-  uint64_t lo = 0, hi = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    U v;
-    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    Digest128 h = ElementHash(key, first + i, v);
-    lo += h.lo;
-    hi += h.hi;
-  }
-  return {lo, hi};
-}
 
 }  // namespace
 
@@ -50,46 +38,14 @@ bool Digest128::FromHex(std::string_view hex, Digest128* out) {
 uint64_t TensorKey(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
 Digest128 DigestElements(uint64_t key, std::span<const uint8_t> bytes, uint32_t width, uint64_t first) {
-  uint64_t n = bytes.size() / width;
-  switch (width) {
-    case 1: return DigestTyped<uint8_t>(key, bytes.data(), n, first);
-    case 2: return DigestTyped<uint16_t>(key, bytes.data(), n, first);
-    case 4: return DigestTyped<uint32_t>(key, bytes.data(), n, first);
-    case 8: return DigestTyped<uint64_t>(key, bytes.data(), n, first);
-  }
-  Fatal(__FILE__, __LINE__, "unsupported element width");
+  if (width != 1 && width != 2 && width != 4 && width != 8) Fatal(__FILE__, __LINE__, "unsupported element width");
+  return DigestElementsDispatch(key, bytes.data(), bytes.size() / width, width, first);
 }
-
-namespace {
-
-// Two changes per step with separate sums: the multiply chains of neighbouring elements overlap.
-template <typename U>
-Digest128 DigestChangesTyped(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
-                             const uint8_t* next) {
-  Digest128 d0, d1;
-  auto one = [&](Digest128* d, uint32_t p) {
-    U old_bits, new_bits;
-    std::memcpy(&old_bits, base + size_t{p} * sizeof(U), sizeof(U));
-    std::memcpy(&new_bits, next + size_t{p} * sizeof(U), sizeof(U));
-    DigestUpdate(d, key, first + p, old_bits, new_bits);
-  };
-  size_t k = 0;
-  for (; k + 2 <= positions.size(); k += 2) one(&d0, positions[k]), one(&d1, positions[k + 1]);
-  if (k < positions.size()) one(&d0, positions[k]);
-  return d0 += d1;
-}
-
-}  // namespace
 
 Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
                         const uint8_t* next, uint32_t width) {
-  switch (width) {
-    case 1: return DigestChangesTyped<uint8_t>(key, first, positions, base, next);
-    case 2: return DigestChangesTyped<uint16_t>(key, first, positions, base, next);
-    case 4: return DigestChangesTyped<uint32_t>(key, first, positions, base, next);
-    case 8: return DigestChangesTyped<uint64_t>(key, first, positions, base, next);
-  }
-  Fatal(__FILE__, __LINE__, "unsupported element width");
+  if (width != 1 && width != 2 && width != 4 && width != 8) Fatal(__FILE__, __LINE__, "unsupported element width");
+  return DigestChangesDispatch(key, first, positions, base, next, width);
 }
 
 Digest128 CombineDigests(const Catalog& catalog, const std::vector<Digest128>& tensors) {

@@ -1,0 +1,173 @@
+// The O(elements) and O(changes) digest sums of state_digest.h, compiled once per Highway target
+// (foreach_target.h) and dispatched at run time. On AVX-512 (64-bit lane multiplies, AVX-512DQ)
+// eight element hashes are computed per step; other targets run the scalar ElementHash. The sums
+// are mod 2^64 and order-free, so every target gives the same digest (protocol_test checks each
+// compiled target against the scalar definition).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "protocol/state_digest_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <cstring>
+
+#include "protocol/state_digest.h"
+#include "protocol/state_digest_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <typename U>
+U LoadElem(const uint8_t* p, uint64_t i) {
+  U v;
+  std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+  return v;
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+using D64 = hn::ScalableTag<uint64_t>;
+using V64 = hn::Vec<D64>;
+constexpr size_t kLanes = hn::MaxLanes(D64());
+
+HWY_INLINE V64 Mix(V64 x) {  // DigestMix64, lane-wise
+  const D64 d;
+  x = hn::Xor(x, hn::ShiftRight<33>(x));
+  x = x * hn::Set(d, 0xff51afd7ed558ccdull);
+  x = hn::Xor(x, hn::ShiftRight<33>(x));
+  x = x * hn::Set(d, 0xc4ceb9fe1a85ec53ull);
+  return hn::Xor(x, hn::ShiftRight<33>(x));
+}
+
+// Lane-wise ElementHash(key, index, bits) given x = key ^ (index * 0x9e37...): its lo and hi.
+HWY_INLINE void Hash(V64 x, V64 bits, V64* lo, V64* hi) {
+  const D64 d;
+  *lo = Mix(hn::Add(hn::Add(x, bits * hn::Set(d, 0xd6e8feb86659fd93ull)), hn::Set(d, 1)));
+  const V64 rotated = hn::Or(hn::ShiftLeft<29>(bits), hn::ShiftRight<35>(bits));
+  *hi = Mix(hn::Add(hn::Xor(x, hn::Set(d, 0x8cb92ba72f3d8dd7ull)), rotated * hn::Set(d, 0xa0761d6478bd642full)));
+}
+
+HWY_INLINE V64 KeyedIndex(uint64_t key, V64 index) {
+  const D64 d;
+  return hn::Xor(hn::Set(d, key), index * hn::Set(d, 0x9e3779b97f4a7c15ull));
+}
+
+Digest128 Sums(V64 lo, V64 hi) {
+  const D64 d;
+  return {hn::GetLane(hn::SumOfLanes(d, lo)), hn::GetLane(hn::SumOfLanes(d, hi))};
+}
+
+template <typename U>
+Digest128 ElementsT(uint64_t key, const uint8_t* p, uint64_t n, uint64_t first) {
+  const D64 d;
+  const size_t lanes = hn::Lanes(d);
+  V64 lo = hn::Zero(d), hi = hn::Zero(d);
+  alignas(64) uint64_t bits[kLanes];
+  uint64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    for (size_t j = 0; j < lanes; ++j) bits[j] = LoadElem<U>(p, i + j);
+    V64 l, h;
+    Hash(KeyedIndex(key, hn::Iota(d, first + i)), hn::Load(d, bits), &l, &h);
+    lo = hn::Add(lo, l), hi = hn::Add(hi, h);
+  }
+  Digest128 sum = Sums(lo, hi);
+  for (; i < n; ++i) sum += ElementHash(key, first + i, LoadElem<U>(p, i));
+  return sum;
+}
+
+template <typename U>
+Digest128 ChangesT(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
+                   const uint8_t* next) {
+  const D64 d;
+  const size_t lanes = hn::Lanes(d);
+  V64 lo = hn::Zero(d), hi = hn::Zero(d);
+  alignas(64) uint64_t index[kLanes], old_bits[kLanes], new_bits[kLanes];
+  size_t k = 0;
+  for (; k + lanes <= positions.size(); k += lanes) {
+    for (size_t j = 0; j < lanes; ++j) {
+      const uint32_t p = positions[k + j];
+      index[j] = first + p;
+      old_bits[j] = LoadElem<U>(base, p);
+      new_bits[j] = LoadElem<U>(next, p);
+    }
+    const V64 x = KeyedIndex(key, hn::Load(d, index));
+    V64 nl, nh, ol, oh;
+    Hash(x, hn::Load(d, new_bits), &nl, &nh);
+    Hash(x, hn::Load(d, old_bits), &ol, &oh);
+    lo = hn::Add(lo, hn::Sub(nl, ol)), hi = hn::Add(hi, hn::Sub(nh, oh));
+  }
+  Digest128 sum = Sums(lo, hi);
+  for (; k < positions.size(); ++k) {
+    const uint32_t p = positions[k];
+    DigestUpdate(&sum, key, first + p, LoadElem<U>(base, p), LoadElem<U>(next, p));
+  }
+  return sum;
+}
+
+#else  // no 64-bit lane multiply: the scalar definition
+
+template <typename U>
+Digest128 ElementsT(uint64_t key, const uint8_t* p, uint64_t n, uint64_t first) {
+  uint64_t lo = 0, hi = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Digest128 h = ElementHash(key, first + i, LoadElem<U>(p, i));
+    lo += h.lo, hi += h.hi;
+  }
+  return {lo, hi};
+}
+
+// Two changes per step with separate sums: the multiply chains of neighbouring elements overlap.
+template <typename U>
+Digest128 ChangesT(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
+                   const uint8_t* next) {
+  Digest128 d0, d1;
+  auto one = [&](Digest128* d, uint32_t p) { DigestUpdate(d, key, first + p, LoadElem<U>(base, p), LoadElem<U>(next, p)); };
+  size_t k = 0;
+  for (; k + 2 <= positions.size(); k += 2) one(&d0, positions[k]), one(&d1, positions[k + 1]);
+  if (k < positions.size()) one(&d0, positions[k]);
+  return d0 += d1;
+}
+
+#endif
+
+Digest128 DigestElementsImpl(uint64_t key, const uint8_t* p, uint64_t n, uint32_t width, uint64_t first) {
+  switch (width) {
+    case 1: return ElementsT<uint8_t>(key, p, n, first);
+    case 2: return ElementsT<uint16_t>(key, p, n, first);
+    case 4: return ElementsT<uint32_t>(key, p, n, first);
+    default: return ElementsT<uint64_t>(key, p, n, first);
+  }
+}
+
+Digest128 DigestChangesImpl(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
+                            const uint8_t* next, uint32_t width) {
+  switch (width) {
+    case 1: return ChangesT<uint8_t>(key, first, positions, base, next);
+    case 2: return ChangesT<uint16_t>(key, first, positions, base, next);
+    case 4: return ChangesT<uint32_t>(key, first, positions, base, next);
+    default: return ChangesT<uint64_t>(key, first, positions, base, next);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dcr {
+
+HWY_EXPORT(DigestElementsImpl);
+HWY_EXPORT(DigestChangesImpl);
+
+Digest128 DigestElementsDispatch(uint64_t key, const uint8_t* p, uint64_t n, uint32_t width, uint64_t first) {
+  return HWY_DYNAMIC_DISPATCH(DigestElementsImpl)(key, p, n, width, first);
+}
+
+Digest128 DigestChangesDispatch(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
+                                const uint8_t* next, uint32_t width) {
+  return HWY_DYNAMIC_DISPATCH(DigestChangesImpl)(key, first, positions, base, next, width);
+}
+
+}  // namespace dcr
+#endif  // HWY_ONCE
