@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-builds the codec and its SIMD-heavy tests for aarch64 and runs them under qemu-user, so
+# Cross-builds the codec, the state digest and their SIMD-heavy tests for aarch64 and runs them under qemu-user, so
 # that every Highway target of that platform (NEON, SVE, SVE2, ...) is checked against the scalar
 # models on an x86-64 machine. Installs the cross toolchain and arm64 libraries from Debian when
 # they are missing (needs root or sudo). Usage: scripts/check-aarch64.sh [--install-only] [BUILD_DIR]
@@ -25,8 +25,11 @@ mkdir -p "$OUT"
 CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"
 SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd_masks.cc src/codec/band_fit.cc
          src/codec/band_context.cc src/codec/location_coding.cc src/codec/value_coding.cc src/codec/huffman.cc
-         src/codec/context_coding.cc src/codec/section_coding.cc src/codec/payload_codec.cc)
-TESTS=(simd_masks_test codec_band_hostile_test codec_context_test codec_test)
+         src/codec/context_coding.cc src/codec/section_coding.cc src/codec/payload_codec.cc
+         src/base/thread_pool.cc src/base/mapped_file.cc src/base/durable_file.cc src/base/crash_point.cc
+         src/format/safetensors.cc src/format/checkpoint.cc src/protocol/state_digest.cc src/protocol/state_digest_simd.cc)
+TESTS=(codec/simd_masks_test codec/codec_band_hostile_test codec/codec_context_test codec/codec_test
+       protocol/state_digest_test)
 # Parallel jobs; waiting on each by pid makes a failed one fail the script (set -e).
 objects=() pids=()
 for f in "${SOURCES[@]}"; do
@@ -36,12 +39,12 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 pids=()
 for t in "${TESTS[@]}"; do
-  $CXX "src/codec/$t.cc" "${objects[@]}" -o "$OUT/$t" -lhwy -lzstd -lxxhash -lgtest -lgtest_main -lpthread & pids+=($!)
+  $CXX "src/$t.cc" "${objects[@]}" -o "$OUT/$(basename "$t")" -lhwy -lzstd -lxxhash -lgtest -lgtest_main -lpthread & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
 # QEMU_CPU=max emulates SVE2 as well as NEON, so every aarch64 target this build compiled runs.
 for t in "${TESTS[@]}"; do
   echo "aarch64: $t"
-  QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/$t" --gtest_brief=1
+  QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/$(basename "$t")" --gtest_brief=1
 done
 echo "aarch64: all passed"
