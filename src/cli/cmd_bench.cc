@@ -65,16 +65,18 @@ struct PairResult {
 
 // Decode + apply of every payload into an in-memory copy of the base, then a bit-exact check
 // against the new checkpoint. Excludes the O(model) base-digest check and fsync of `dcr apply`.
+// Context mode reads the old bits from that copy, as a receiver reads its replica: each payload
+// is decoded before it is applied, and payloads cover disjoint elements, so every payload sees
+// only old bits in its own segments whatever the thread count.
 Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& base, const Checkpoint& next,
                                   int threads) {
   std::vector<std::vector<uint8_t>> work;
   for (const auto& t : base.tensors()) work.emplace_back(t.bytes.begin(), t.bytes.end());
-  std::vector<std::vector<uint8_t>> old_copy = work;  // context mode reads the old bits
   BaseLookup lookup = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
-    if (s.tensor_index >= old_copy.size()) return Corrupt("tensor index out of range");
+    if (s.tensor_index >= work.size()) return Corrupt("tensor index out of range");
     const uint64_t w = DTypeWidth(s.dtype);
-    if ((s.start + s.count) * w > old_copy[s.tensor_index].size()) return Corrupt("segment outside its tensor");
-    return std::span<const uint8_t>(old_copy[s.tensor_index]).subspan(s.start * w, s.count * w);
+    if ((s.start + s.count) * w > work[s.tensor_index].size()) return Corrupt("segment outside its tensor");
+    return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(delta.header().payloads.size(), threads, [&](size_t i) {

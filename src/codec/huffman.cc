@@ -125,23 +125,43 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   }
   std::vector<uint32_t> codes;
   if (!CanonicalCodes(len, &codes)) return Corrupt("Huffman table: over-subscribed code");
-  table_.assign(1u << kHuffmanMaxBits, 0);
+  fast_.assign(1u << kFastBits, 0);
+  std::fill(std::begin(count_), std::end(count_), 0);
   for (uint32_t sym = 0; sym < alphabet; ++sym) {
     if (!len[sym]) continue;
+    ++count_[len[sym]];
+    if (len[sym] > kFastBits) continue;
     const uint32_t step = 1u << len[sym];
-    for (uint32_t i = codes[sym]; i < table_.size(); i += step) table_[i] = sym << 4 | len[sym];
+    for (uint32_t i = codes[sym]; i < fast_.size(); i += step) fast_[i] = sym << 4 | len[sym];
   }
+  // Canonical order: by length, then symbol; first_[l] as CanonicalCodes assigns it.
+  uint32_t code = 0, at = 0;
+  for (int l = 1; l <= kHuffmanMaxBits; ++l) {
+    code = (code + count_[l - 1]) << 1;
+    first_[l] = code;
+    offset_[l] = at;
+    at += count_[l];
+  }
+  sorted_.assign(at, 0);
+  uint32_t fill[kHuffmanMaxBits + 1];
+  std::copy(std::begin(offset_), std::end(offset_), fill);
+  for (uint32_t sym = 0; sym < alphabet; ++sym)
+    if (len[sym]) sorted_[fill[len[sym]]++] = sym;
   return Status::Ok();
 }
 
-uint32_t HuffmanDecoder::Get(BitReader& r) const {
-  uint32_t e = table_[r.Peek(kHuffmanMaxBits)];
-  if ((e & 15) == 0) {
-    r.Fail();
-    return 0;
+uint32_t HuffmanDecoder::GetLong(BitReader& r) const {
+  const uint32_t bits = static_cast<uint32_t>(r.Peek(kHuffmanMaxBits));
+  uint32_t code = 0;  // the next l bits, MSB-first (codes are stored bit-reversed)
+  for (int l = 1; l <= kHuffmanMaxBits; ++l) {
+    code = code << 1 | ((bits >> (l - 1)) & 1);
+    if (l > kFastBits && code - first_[l] < count_[l]) {
+      r.Skip(l);
+      return sorted_[offset_[l] + code - first_[l]];
+    }
   }
-  r.Skip(static_cast<int>(e & 15));
-  return e >> 4;
+  r.Fail();
+  return 0;
 }
 
 }  // namespace dcr

@@ -1,6 +1,6 @@
 // Canonical, length-limited Huffman coding of small-alphabet symbols (at most 2^12 symbols,
-// codes at most 15 bits). Codes are written LSB-first, bit-reversed, so that a 15-bit lookup
-// table decodes one symbol per step. The code table travels with the data (docs/format.md §2.5).
+// codes at most 15 bits). Codes are written LSB-first, bit-reversed, so that a lookup table
+// indexed by the next bits decodes a symbol per step. The code table travels with the data (docs/format.md §2.5).
 #pragma once
 
 #include <cstdint>
@@ -36,10 +36,23 @@ class HuffmanDecoder {
   // is malformed (lengths over 15, symbols out of range, an over-subscribed code).
   Status ReadTable(ByteReader& r, uint32_t alphabet);
   // Decodes one symbol; sets the reader's overrun flag on truncated or invalid input.
-  uint32_t Get(BitReader& r) const;
+  uint32_t Get(BitReader& r) const {
+    const uint32_t e = fast_[r.Peek(kFastBits)];
+    if ((e & 15) == 0) return GetLong(r);
+    r.Skip(static_cast<int>(e & 15));
+    return e >> 4;
+  }
 
  private:
-  std::vector<uint32_t> table_;  // 2^15 entries: symbol << 4 | length (length 0 = invalid)
+  // Codes of up to kFastBits bits decode with one lookup in a table that stays in L1; longer ones
+  // (rare: they are the least frequent symbols) by canonical code ranges per length.
+  static constexpr int kFastBits = 10;
+  uint32_t GetLong(BitReader& r) const;
+  std::vector<uint32_t> fast_;  // 2^kFastBits entries: symbol << 4 | length (0: a longer code or invalid)
+  // Per length l: the first canonical code (MSB-first), the number of codes, and where their
+  // symbols start in `sorted_` (symbols ordered by length, then value).
+  uint32_t first_[kHuffmanMaxBits + 1] = {}, count_[kHuffmanMaxBits + 1] = {}, offset_[kHuffmanMaxBits + 1] = {};
+  std::vector<uint32_t> sorted_;
 };
 
 }  // namespace dcr

@@ -243,7 +243,9 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
     d.segments[i].changes.width = DTypeWidth(layout.segments[i].dtype);
   }
 
-  std::vector<uint8_t> loc;
+  // Per thread and reused: the raw location section of a large payload is megabytes, which a
+  // fresh buffer would map and fault in for every payload.
+  thread_local std::vector<uint8_t> loc;
   DCR_RETURN_IF_ERROR(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc)
                           .WithContext("payload location section"));
   std::vector<ValueRun> runs(nseg);
@@ -295,9 +297,14 @@ Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
   uint8_t* base = tensor.data() + seg.spec.start * seg.changes.width;
   const uint8_t* vals = seg.changes.values.data();
   const bool is_xor = seg.spec.kind == ValueKind::kXor;
+  // Changes are scattered over the tensor: each step prefetches the element kAhead changes on,
+  // so the cache misses of a large tensor overlap instead of being taken one at a time.
+  constexpr size_t kAhead = 32;
+  const size_t n = seg.changes.size();
   auto apply = [&](auto zero) {
     using U = decltype(zero);
-    for (size_t k = 0; k < seg.changes.size(); ++k) {
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kAhead < n) __builtin_prefetch(base + uint64_t{seg.changes.positions[k + kAhead]} * sizeof(U), 1);
       uint8_t* dst = base + uint64_t{seg.changes.positions[k]} * sizeof(U);
       U v, old;
       std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
