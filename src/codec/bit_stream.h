@@ -74,29 +74,25 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-// Appends bits LSB-first to a byte vector. Bytes leave the accumulator 4 at a time into slack
-// kept at the vector's end, so `out` must not be touched between construction and Flush, which
-// trims the slack.
+// Appends bits LSB-first to a byte vector. Every Put stores the whole 8-byte accumulator at the
+// write position and advances by the bytes completed, without a branch on the fill level; the
+// bytes past those completed are rewritten by later stores. So the vector keeps at least 8 bytes
+// of slack at its end, `out` must not be touched between construction and Flush, and Flush trims
+// the slack.
 class BitWriter {
  public:
   explicit BitWriter(std::vector<uint8_t>& out) : out_(out), at_(out.size()) {}
-  // nbits <= 57; `bits` has no bits set at or above nbits.
+  // nbits <= 56; `bits` has no bits set at or above nbits.
   void Put(uint64_t bits, int nbits) {
-    if (nbits > 32) {
-      Put(bits & 0xffffffffu, 32);
-      bits >>= 32;
-      nbits -= 32;
-    }
-    acc_ |= bits << fill_;
+    acc_ |= bits << fill_;  // fill_ <= 7, so at most 63 bits are held
     fill_ += nbits;
-    if (fill_ >= 32) {
-      if (out_.size() < at_ + 8) out_.resize(2 * out_.size() + 64);
-      const uint32_t low = static_cast<uint32_t>(acc_);
-      std::memcpy(out_.data() + at_, &low, 4);
-      at_ += 4;
-      acc_ >>= 32;
-      fill_ -= 32;
-    }
+    if (out_.size() < at_ + 8) [[unlikely]]
+      out_.resize(2 * out_.size() + 64);
+    std::memcpy(out_.data() + at_, &acc_, 8);
+    const int bytes = fill_ >> 3;
+    at_ += static_cast<size_t>(bytes);
+    acc_ >>= 8 * bytes;  // at most 56
+    fill_ &= 7;
   }
   // q one-bits then a zero bit.
   void PutUnary(uint64_t q) {
@@ -105,7 +101,7 @@ class BitWriter {
   }
   void Flush() {
     out_.resize(at_);
-    for (; fill_ > 0; fill_ -= 8, acc_ >>= 8) out_.push_back(static_cast<uint8_t>(acc_));
+    if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
     acc_ = 0;
     fill_ = 0;
     at_ = out_.size();
@@ -113,9 +109,9 @@ class BitWriter {
 
  private:
   std::vector<uint8_t>& out_;
-  size_t at_;  // bytes of out_ written; out_.size() - at_ is slack
+  size_t at_;  // bytes of out_ completed; out_.size() - at_ is slack
   uint64_t acc_ = 0;
-  int fill_ = 0;
+  int fill_ = 0;  // bits in acc_ not yet completed into a byte: 0..7 between calls
 };
 
 // Reads bits LSB-first from a byte span; running off the end sets an error flag and yields 0s.
