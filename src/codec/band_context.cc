@@ -68,11 +68,16 @@ const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, u
                            EncodeCursor* cur) {
   uint16_t before[kMaxContextBands][kTileWords];
   BandWords in_tile{};
-  for (size_t wd = 0; wd < rows.words; ++wd)
-    for (size_t b = 0; b < k; ++b) {
-      before[b][wd] = static_cast<uint16_t>(in_tile[b]);
-      in_tile[b] += static_cast<uint64_t>(PopCount64(rows.Band(b, wd)));
+  for (size_t b = 0; b < k; ++b) {
+    const uint64_t* above = rows.w + b * rows.words;
+    const uint64_t* next = above + rows.words;
+    uint32_t count = 0;
+    for (size_t wd = 0; wd < rows.words; ++wd) {
+      before[b][wd] = static_cast<uint16_t>(count);
+      count += static_cast<uint32_t>(PopCount64(above[wd] & ~next[wd]));
     }
+    in_tile[b] = count;
+  }
   const uint64_t tile_end = tile + 64 * rows.words;
   for (; pos != end && *pos < tile_end; ++pos) {
     U v;

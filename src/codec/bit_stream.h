@@ -159,6 +159,22 @@ class BitReader {
       }
     }
   }
+  // A Rice code with parameter r (<= 30): GetUnary(limit) << r | Get(r), in one step when the
+  // whole code is in the window (as it is for all but very long quotients).
+  uint64_t GetRice(int r, uint64_t limit) {
+    Refill();
+    const uint64_t inv = ~acc_ & ((fill_ == 64) ? ~0ull : ((1ull << fill_) - 1));
+    const int ones = inv != 0 ? __builtin_ctzll(inv) : 64;
+    const int total = ones + 1 + r;
+    if (total <= fill_ && static_cast<uint64_t>(ones) <= limit) {
+      const uint64_t low = ((acc_ >> ones) >> 1) & ((1ull << r) - 1);
+      acc_ = total == 64 ? 0 : acc_ >> total;
+      fill_ -= total;
+      return static_cast<uint64_t>(ones) << r | low;
+    }
+    const uint64_t q = GetUnary(limit);
+    return q << r | (r > 0 ? Get(r) : 0);
+  }
   // The next nbits (<= 56) without consuming them; missing bits past the end read as 0.
   uint64_t Peek(int nbits) {
     Refill();

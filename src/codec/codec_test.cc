@@ -156,6 +156,33 @@ TEST(BitStream, RandomFieldsAndUnaryCodesRoundTrip) {
   EXPECT_EQ(r.bytes_consumed(), buf.size());
 }
 
+TEST(BitStream, GetRiceEqualsUnaryThenLowBitsEvenForLongQuotientsLimitsAndTruncation) {
+  std::mt19937_64 rng(12);
+  for (int rep = 0; rep < 300; ++rep) {
+    std::vector<uint8_t> buf;
+    BitWriter w(buf);
+    const int r = static_cast<int>(rng() % 31);
+    for (int i = 0; i < 50; ++i) {
+      w.PutUnary(rng() % 4 == 0 ? rng() % 150 : rng() % 6);
+      if (r > 0) w.Put(rng() & ((uint64_t{1} << r) - 1), r);
+    }
+    w.Flush();
+    buf.resize(buf.size() - rng() % 3);  // sometimes cut short
+    const uint64_t limit = rng() % 2 ? UINT64_MAX : rng() % 100;
+    BitReader fast(buf), slow(buf);
+    for (int i = 0; i < 60 && !slow.overrun(); ++i) {
+      const uint64_t q = slow.GetUnary(limit);
+      const uint64_t want = q << r | (r > 0 ? slow.Get(r) : 0);
+      const uint64_t got = fast.GetRice(r, limit);
+      ASSERT_EQ(fast.overrun(), slow.overrun()) << "rep " << rep << " code " << i;
+      if (!slow.overrun()) {
+        ASSERT_EQ(got, want) << "rep " << rep << " code " << i;
+      }
+      ASSERT_EQ(fast.bytes_consumed(), slow.bytes_consumed()) << "rep " << rep << " code " << i;
+    }
+  }
+}
+
 // Every unary length 0..200 after every bit alignment 0..71, followed by a sentinel field:
 // covers runs that end exactly at the last bit of a full 64-bit reader window.
 TEST(BitStream, UnaryRunsOfEveryLengthAtEveryAlignmentRoundTrip) {

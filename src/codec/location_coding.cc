@@ -203,8 +203,7 @@ Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int bl
         BitReader bits(r.Rest());
         uint64_t next = start;  // smallest position the next change may take
         for (uint64_t i = 0; i < n; ++i) {
-          uint64_t q = bits.GetUnary(len >> k);
-          uint64_t gap = (q << k) | (k > 0 ? bits.Get(k) : 0);
+          const uint64_t gap = bits.GetRice(k, len >> k);
           if (bits.overrun()) return BlockError(b, "truncated Rice code");
           uint64_t p = next + gap;
           if (p >= start + len) return BlockError(b, "position beyond the block");

@@ -51,8 +51,7 @@ inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
 inline bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
   uint64_t next = 0;
   for (uint64_t j = 0; j < n; ++j) {
-    const uint64_t q = bits.GetUnary(limit >> r);
-    const uint64_t g = (q << r) | (r > 0 ? bits.Get(r) : 0);
+    const uint64_t g = bits.GetRice(r, limit >> r);
     if (bits.overrun() || g >= limit || next + g >= limit) return false;
     out[j] = next + g;
     next += g + 1;
