@@ -122,18 +122,63 @@ void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t 
   ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// 2-byte elements (BF16, F16): the classes of two vectors are narrowed into one vector of bytes,
+// so each threshold costs one compare per twice the elements. Classes fit 8 bits; the bytes are
+// compared as signed after flipping their top bit, which keeps unsigned order.
+template <int K>
+void ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
+                         uint64_t* out) {
+  const Tag64<uint8_t> d8;
+  const hn::Repartition<int8_t, decltype(d8)> di8;
+  const hn::RepartitionToWide<decltype(d8)> d16;
+  const hn::Rebind<int16_t, decltype(d16)> di16;
+  const hn::Half<decltype(d8)> dh8;
+  const size_t n8 = hn::Lanes(d8), n16 = hn::Lanes(d16);
+  const uint16_t* e = reinterpret_cast<const uint16_t*>(bytes);
+  const size_t words = (count + 63) / 64, full = count / 64;
+  const auto cmask = hn::Set(d16, static_cast<uint16_t>(class_mask));
+  const auto flip = hn::Set(d8, uint8_t{0x80});
+  int8_t below[K];
+  for (int i = 0; i < K; ++i) below[i] = static_cast<int8_t>(static_cast<uint8_t>((t[i] - 1) ^ 0x80));
+  for (size_t w = 0; w < full; ++w) {
+    uint64_t word[K] = {};
+    for (size_t j = 0; j < 64; j += n8) {
+      const auto lo = hn::And(hn::ShiftRightSame(hn::LoadU(d16, e + 64 * w + j), shift), cmask);
+      const auto hi = hn::And(hn::ShiftRightSame(hn::LoadU(d16, e + 64 * w + j + n16), shift), cmask);
+      const auto c8 = hn::Combine(d8, hn::DemoteTo(dh8, hn::BitCast(di16, hi)), hn::DemoteTo(dh8, hn::BitCast(di16, lo)));
+      const auto c = hn::BitCast(di8, hn::Xor(c8, flip));
+      HWY_UNROLL(7)
+      for (int i = 0; i < K; ++i) word[i] |= MaskWord(di8, hn::Gt(c, hn::Set(di8, below[i]))) << j;
+    }
+    HWY_UNROLL(7)
+    for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+  }
+  ClassAtLeastMasksScalar<uint16_t>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+}
+#endif
+
+template <typename T, int K>
+void ClassAtLeastMasksAnyK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
+                           uint64_t* out) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (sizeof(T) == 2) return ClassAtLeastMasks16<K>(bytes, count, shift, class_mask, t, out);
+#endif
+  ClassAtLeastMasksK<T, K>(bytes, count, shift, class_mask, t, out);
+}
+
 template <typename T>
 void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
                         uint64_t* out) {
   switch (k) {
     case 0: return;
-    case 1: return ClassAtLeastMasksK<T, 1>(bytes, count, shift, class_mask, t, out);
-    case 2: return ClassAtLeastMasksK<T, 2>(bytes, count, shift, class_mask, t, out);
-    case 3: return ClassAtLeastMasksK<T, 3>(bytes, count, shift, class_mask, t, out);
-    case 4: return ClassAtLeastMasksK<T, 4>(bytes, count, shift, class_mask, t, out);
-    case 5: return ClassAtLeastMasksK<T, 5>(bytes, count, shift, class_mask, t, out);
-    case 6: return ClassAtLeastMasksK<T, 6>(bytes, count, shift, class_mask, t, out);
-    default: return ClassAtLeastMasksK<T, 7>(bytes, count, shift, class_mask, t, out);
+    case 1: return ClassAtLeastMasksAnyK<T, 1>(bytes, count, shift, class_mask, t, out);
+    case 2: return ClassAtLeastMasksAnyK<T, 2>(bytes, count, shift, class_mask, t, out);
+    case 3: return ClassAtLeastMasksAnyK<T, 3>(bytes, count, shift, class_mask, t, out);
+    case 4: return ClassAtLeastMasksAnyK<T, 4>(bytes, count, shift, class_mask, t, out);
+    case 5: return ClassAtLeastMasksAnyK<T, 5>(bytes, count, shift, class_mask, t, out);
+    case 6: return ClassAtLeastMasksAnyK<T, 6>(bytes, count, shift, class_mask, t, out);
+    default: return ClassAtLeastMasksAnyK<T, 7>(bytes, count, shift, class_mask, t, out);
   }
 }
 
