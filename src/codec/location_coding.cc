@@ -10,35 +10,52 @@ namespace {
 
 constexpr int kMaxRiceK = 30;
 
-// The exact sizes of a block's candidate codes, from one pass over its positions: Rice with
-// parameters k0, k0+1, k0+2 (in bits, without the parameter byte) and ranges (in bytes).
+// The exact sizes of a block's candidate codes: Rice with parameters k0, k0+1, k0+2 (in bits,
+// without the parameter byte) and ranges (in bytes), and the number of runs.
 struct BlockCosts {
   uint64_t rice_bits[3] = {0, 0, 0};
   uint64_t ranges_bytes = 0;
   uint64_t runs = 0;
 };
 
-BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int k0) {
+// Ranges: per run a varint gap (from the previous run's end) and a varint length - 1, after a
+// varint run count. O(runs) varint sizes, so it is only computed when it can matter.
+uint64_t RangesBytes(std::span<const uint32_t> pos, uint64_t block_start, uint64_t runs) {
+  uint64_t bytes = static_cast<uint64_t>(VarintSize(runs));
+  uint64_t prev_end = block_start;
+  for (size_t i = 0; i < pos.size();) {
+    size_t j = i + 1;
+    while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
+    bytes += static_cast<uint64_t>(VarintSize(pos[i] - prev_end) + VarintSize(j - i - 1));
+    prev_end = uint64_t{pos[j - 1]} + 1;
+    i = j;
+  }
+  return bytes;
+}
+
+// Rice costs and the run count in one branch-free pass; the ranges size only if its lower bound
+// (two bytes per run plus the count) does not already lose to Rice or the bitmap, since ties go
+// to those (ChooseBlock).
+BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int k0, uint64_t bitmap_bytes) {
   BlockCosts c;
   uint64_t next = block_start;  // the position a change would take with gap 0
-  uint64_t run_len = 0;
+  uint64_t q0 = 0, q1 = 0, q2 = 0, gapped = 0;
   for (uint32_t p : pos) {
     const uint64_t gap = p - next;
-    c.rice_bits[0] += gap >> k0;
-    c.rice_bits[1] += gap >> (k0 + 1);
-    c.rice_bits[2] += gap >> (k0 + 2);
-    // A run continues while gaps are 0; the first change and every gap > 0 starts one.
-    if (gap > 0 || run_len == 0) {
-      if (run_len > 0) c.ranges_bytes += static_cast<uint64_t>(VarintSize(run_len - 1));
-      c.ranges_bytes += static_cast<uint64_t>(VarintSize(gap));
-      ++c.runs;
-      run_len = 0;
-    }
-    ++run_len;
+    q0 += gap >> k0, q1 += gap >> (k0 + 1), q2 += gap >> (k0 + 2);
+    gapped += gap > 0;
     next = uint64_t{p} + 1;
   }
-  c.ranges_bytes += static_cast<uint64_t>(VarintSize(run_len - 1) + VarintSize(c.runs));
-  for (int i = 0; i < 3; ++i) c.rice_bits[i] += pos.size() * static_cast<uint64_t>(k0 + i + 1);
+  // A run starts at the first change and at every change after a gap.
+  c.runs = gapped + (pos.front() == block_start ? 1 : 0);
+  const uint64_t n = pos.size();
+  c.rice_bits[0] = q0 + n * static_cast<uint64_t>(k0 + 1);
+  c.rice_bits[1] = q1 + n * static_cast<uint64_t>(k0 + 2);
+  c.rice_bits[2] = q2 + n * static_cast<uint64_t>(k0 + 3);
+  const uint64_t best_rice_bytes = 1 + (std::min({c.rice_bits[0], c.rice_bits[1], c.rice_bits[2]}) + 7) / 8;
+  const uint64_t ranges_at_least = static_cast<uint64_t>(VarintSize(c.runs)) + 2 * c.runs;
+  c.ranges_bytes = ranges_at_least >= std::min(best_rice_bytes, bitmap_bytes) ? ranges_at_least
+                                                                               : RangesBytes(pos, block_start, c.runs);
   return c;
 }
 
@@ -56,13 +73,13 @@ BlockChoice ChooseBlock(std::span<const uint32_t> pos, uint64_t block_start, uin
   const uint64_t mean_gap = (block_len - pos.size()) / pos.size();
   const int est = mean_gap == 0 ? 0 : std::bit_width(mean_gap) - 1;
   const int k0 = std::clamp(est - 1, 0, kMaxRiceK - 2);
-  const BlockCosts costs = MeasureBlock(pos, block_start, k0);
+  const size_t bitmap_bytes = (block_len + 7) / 8;
+  const BlockCosts costs = MeasureBlock(pos, block_start, k0, bitmap_bytes);
   int best_k = k0;
   uint64_t best_bits = costs.rice_bits[0];
   for (int i = 1; i < 3; ++i)
     if (costs.rice_bits[i] < best_bits) best_bits = costs.rice_bits[i], best_k = k0 + i;
   const size_t rice_bytes = 1 + (best_bits + 7) / 8;
-  const size_t bitmap_bytes = (block_len + 7) / 8;
   if (rice_bytes <= bitmap_bytes && rice_bytes <= costs.ranges_bytes) return {LocationMethod::kRice, best_k, costs.runs, rice_bytes};
   if (bitmap_bytes <= costs.ranges_bytes) return {LocationMethod::kBitmap, 0, costs.runs, bitmap_bytes};
   return {LocationMethod::kRanges, 0, costs.runs, costs.ranges_bytes};
@@ -78,11 +95,16 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
     case LocationMethod::kRice: {
       out->push_back(static_cast<uint8_t>(c.rice_k));
       BitWriter w(*out);
+      const uint64_t low = (uint64_t{1} << c.rice_k) - 1;
       uint64_t prev = block_start;
       for (uint32_t p : pos) {
-        uint64_t gap = p - prev;
-        w.PutUnary(gap >> c.rice_k);
-        if (c.rice_k > 0) w.Put(gap & ((1ull << c.rice_k) - 1), c.rice_k);
+        const uint64_t gap = p - prev, q = gap >> c.rice_k;
+        if (q < 32 && c.rice_k <= 24) {  // the whole code in one write
+          w.Put(((uint64_t{1} << q) - 1) | ((gap & low) << (q + 1)), static_cast<int>(q) + 1 + c.rice_k);
+        } else {
+          w.PutUnary(q);
+          if (c.rice_k > 0) w.Put(gap & low, c.rice_k);
+        }
         prev = uint64_t{p} + 1;
       }
       w.Flush();
