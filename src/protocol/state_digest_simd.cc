@@ -84,6 +84,25 @@ Digest128 ChangesT(uint64_t key, uint64_t first, std::span<const uint32_t> posit
   V64 lo = hn::Zero(d), hi = hn::Zero(d);
   alignas(64) uint64_t index[kLanes], old_bits[kLanes], new_bits[kLanes];
   size_t k = 0;
+  Digest128 head;  // position 0 of 2-byte elements
+  if constexpr (sizeof(U) == 2) {
+    // BF16/F16: gathers of 4 bytes ending at each element (elements p - 1 and p), so no load
+    // reaches past the last element; position 0 alone is taken one by one.
+    const hn::Rebind<uint32_t, D64> d32;
+    const hn::Rebind<int32_t, D64> di32;
+    if (!positions.empty() && positions[0] == 0) DigestUpdate(&head, key, first, LoadElem<U>(base, 0), LoadElem<U>(next, 0)), k = 1;
+    for (; k + lanes <= positions.size(); k += lanes) {
+      const auto p32 = hn::LoadU(d32, positions.data() + k);
+      const auto offset = hn::BitCast(di32, hn::ShiftLeft<1>(hn::Sub(p32, hn::Set(d32, 1u))));
+      const V64 ob = hn::ShiftRight<16>(hn::PromoteTo(d, hn::GatherOffset(d32, reinterpret_cast<const uint32_t*>(base), offset)));
+      const V64 nb = hn::ShiftRight<16>(hn::PromoteTo(d, hn::GatherOffset(d32, reinterpret_cast<const uint32_t*>(next), offset)));
+      const V64 x = KeyedIndex(key, hn::Add(hn::Set(d, first), hn::PromoteTo(d, p32)));
+      V64 nl, nh, ol, oh;
+      Hash(x, nb, &nl, &nh);
+      Hash(x, ob, &ol, &oh);
+      lo = hn::Add(lo, hn::Sub(nl, ol)), hi = hn::Add(hi, hn::Sub(nh, oh));
+    }
+  }
   for (; k + lanes <= positions.size(); k += lanes) {
     for (size_t j = 0; j < lanes; ++j) {
       const uint32_t p = positions[k + j];
@@ -98,6 +117,7 @@ Digest128 ChangesT(uint64_t key, uint64_t first, std::span<const uint32_t> posit
     lo = hn::Add(lo, hn::Sub(nl, ol)), hi = hn::Add(hi, hn::Sub(nh, oh));
   }
   Digest128 sum = Sums(lo, hi);
+  sum += head;
   for (; k < positions.size(); ++k) {
     const uint32_t p = positions[k];
     DigestUpdate(&sum, key, first + p, LoadElem<U>(base, p), LoadElem<U>(next, p));
