@@ -81,14 +81,14 @@ class ByteReader {
 // the slack.
 class BitWriter {
  public:
-  explicit BitWriter(std::vector<uint8_t>& out) : out_(out), at_(out.size()) {}
+  explicit BitWriter(std::vector<uint8_t>& out) : out_(out), buf_(out.data()), cap_(out.size()), at_(out.size()) {}
   // nbits <= 56; `bits` has no bits set at or above nbits.
   void Put(uint64_t bits, int nbits) {
     acc_ |= bits << fill_;  // fill_ <= 7, so at most 63 bits are held
     fill_ += nbits;
-    if (out_.size() < at_ + 8) [[unlikely]]
-      out_.resize(2 * out_.size() + 64);
-    std::memcpy(out_.data() + at_, &acc_, 8);
+    if (at_ + 8 > cap_) [[unlikely]]
+      Grow();
+    std::memcpy(buf_ + at_, &acc_, 8);
     const int bytes = fill_ >> 3;
     at_ += static_cast<size_t>(bytes);
     acc_ >>= 8 * bytes;  // at most 56
@@ -105,10 +105,21 @@ class BitWriter {
     acc_ = 0;
     fill_ = 0;
     at_ = out_.size();
+    buf_ = out_.data();
+    cap_ = out_.size();
   }
 
  private:
+  // The buffer is held as a raw pointer and size, not read through the vector on every Put: the
+  // byte stores may alias anything, which would make the compiler reload the vector's fields.
+  void Grow() {
+    out_.resize(2 * out_.size() + 64);
+    buf_ = out_.data();
+    cap_ = out_.size();
+  }
   std::vector<uint8_t>& out_;
+  uint8_t* buf_;
+  size_t cap_;
   size_t at_;  // bytes of out_ completed; out_.size() - at_ is slack
   uint64_t acc_ = 0;
   int fill_ = 0;  // bits in acc_ not yet completed into a byte: 0..7 between calls
