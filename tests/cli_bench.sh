@@ -2,8 +2,11 @@
 # dcr bench codec: on a generated checkpoint pair it reports, per codec, the
 # change count the files hold, the wire bytes `dcr diff` writes for that codec, positive
 # throughputs and its SIMD target (decode+apply is checked bit-exact inside the bench, which fails
-# otherwise); without FILES it benchmarks a generated trajectory; bad arguments are usage errors.
+# otherwise); without FILES it benchmarks a generated trajectory; bad arguments are usage errors;
+# its scratch directory (under $TMPDIR) is gone after every run, failed ones included.
 source "$(dirname "$0")/lib.sh"
+export TMPDIR="$WORK/tmp"
+mkdir -p "$TMPDIR"
 
 "$DCR_TESTDATA" pair --seed 41 --big 200000 a.safetensors b.safetensors >/dev/null
 run_expect 0 "$DCR" bench codec --repeat 1 --threads 2 --json a.safetensors b.safetensors
@@ -37,4 +40,7 @@ run_expect 2 "$DCR" bench codec a.safetensors
 run_expect 2 "$DCR" bench codec --codec zip a.safetensors b.safetensors
 run_expect 2 "$DCR" bench codec --synth-hidden 1
 run_expect 3 "$DCR" bench codec a.safetensors missing.safetensors
+
+note "no scratch left behind"
+[[ -z $(ls -A "$TMPDIR") ]] || fail "bench left scratch files: $(ls -A "$TMPDIR")"
 echo "PASS"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -121,9 +122,17 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
 }
 
 int RunBench(BenchArgs args) {
-  char tmpl[] = "/tmp/dcr-bench-XXXXXX";
-  if (!::mkdtemp(tmpl)) return ReportError("bench", ErrnoError("mkdtemp"));
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/dcr-bench-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return ReportError("bench", ErrnoError("mkdtemp " + tmpl));
   const std::string tmp = tmpl;
+  struct RemoveOnReturn {  // the scratch directory goes on every return path
+    std::string dir;
+    ~RemoveOnReturn() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{tmp};
   if (args.files.empty()) {  // a generated trajectory of three steps
     const uint32_t h = args.synth_hidden;
     SynthTrajectory traj(SynthModelConfig{args.synth_layers, h, h * 8 / 3 / 8 * 8, 16 * h, 8, 2}, {11, args.synth_lr});
@@ -173,7 +182,6 @@ int RunBench(BenchArgs args) {
     }
     if (rc != kExitOk) break;
   }
-  fs::remove_all(tmp);
   if (rc != kExitOk) return rc;
   if (args.json) std::printf("%s\n", rows.dump().c_str());
   else

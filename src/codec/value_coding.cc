@@ -27,8 +27,10 @@ template <typename Fn>
 void ForEachValue(const ValueRun& run, Fn&& fn) {
   auto loop = [&](auto zero) {
     using U = decltype(zero);
+    // Locals: stores made by fn (counts, output bytes) could otherwise alias run's fields.
     const uint8_t* p = run.bytes.data();
-    for (uint64_t i = 0; i < run.count; ++i, p += sizeof(U)) {
+    const uint64_t n = run.count;
+    for (uint64_t i = 0; i < n; ++i, p += sizeof(U)) {
       U v;
       std::memcpy(&v, p, sizeof(U));
       fn(static_cast<uint64_t>(v), p);
