@@ -14,7 +14,9 @@ for t in payload_fuzz safetensors_fuzz location_fuzz; do
   # Seed the payload corpus with the golden deltas' first payloads (the file minus its 8-byte
   # magic; the fuzz target re-signs odd-sized inputs) so mutations start near valid input.
   if [ "$t" = payload_fuzz ]; then
-    for f in testdata/golden/v1/*.dcr; do tail -c +9 "$f" > "build-fuzz/corpus/$t/seed-$(basename "$f")"; done
+    for f in testdata/golden/v*/*.dcr; do
+      tail -c +9 "$f" > "build-fuzz/corpus/$t/seed-$(basename "$(dirname "$f")")-$(basename "$f")"
+    done
   fi
   echo "fuzz: $t for ${seconds}s"
   if ! "build-fuzz/fuzz/$t" -max_total_time="$seconds" -max_len=65536 -artifact_prefix=build-fuzz/crashes/ \
