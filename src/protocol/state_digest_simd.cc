@@ -66,9 +66,17 @@ Digest128 ElementsT(uint64_t key, const uint8_t* p, uint64_t n, uint64_t first) 
   alignas(64) uint64_t bits[kLanes];
   uint64_t i = 0;
   for (; i + lanes <= n; i += lanes) {
-    for (size_t j = 0; j < lanes; ++j) bits[j] = LoadElem<U>(p, i + j);
+    V64 v;
+    if constexpr (sizeof(U) == 2) {  // BF16/F16: widened in registers, u16 -> u32 -> u64
+      const hn::Rebind<uint32_t, D64> d32;
+      const hn::Rebind<uint16_t, D64> d16;
+      v = hn::PromoteTo(d, hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p) + i)));
+    } else {
+      for (size_t j = 0; j < lanes; ++j) bits[j] = LoadElem<U>(p, i + j);
+      v = hn::Load(d, bits);
+    }
     V64 l, h;
-    Hash(KeyedIndex(key, hn::Iota(d, first + i)), hn::Load(d, bits), &l, &h);
+    Hash(KeyedIndex(key, hn::Iota(d, first + i)), v, &l, &h);
     lo = hn::Add(lo, l), hi = hn::Add(hi, h);
   }
   Digest128 sum = Sums(lo, hi);
