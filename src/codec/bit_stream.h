@@ -99,6 +99,14 @@ class BitWriter {
     while (q >= 31) Put(0x7fffffffu, 31), q -= 31;
     Put((1ull << q) - 1, static_cast<int>(q) + 1);
   }
+  // A Rice code with parameter r (<= 30): value >> r in unary, then its r low bits; one Put when
+  // the whole code fits one (quotient below 32). BitReader::GetRice reads it.
+  void PutRice(uint64_t value, int r) {
+    const uint64_t q = value >> r, low = value & ((uint64_t{1} << r) - 1);
+    if (q < 32 && r <= 24) return Put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<int>(q) + 1 + r);
+    PutUnary(q);
+    if (r > 0) Put(low, r);
+  }
   void Flush() {
     out_.resize(at_);
     if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));

@@ -156,17 +156,21 @@ TEST(BitStream, RandomFieldsAndUnaryCodesRoundTrip) {
   EXPECT_EQ(r.bytes_consumed(), buf.size());
 }
 
-TEST(BitStream, GetRiceEqualsUnaryThenLowBitsEvenForLongQuotientsLimitsAndTruncation) {
+TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimitsAndTruncation) {
   std::mt19937_64 rng(12);
   for (int rep = 0; rep < 300; ++rep) {
-    std::vector<uint8_t> buf;
-    BitWriter w(buf);
+    std::vector<uint8_t> buf, one_step;
+    BitWriter w(buf), rice(one_step);
     const int r = static_cast<int>(rng() % 31);
     for (int i = 0; i < 50; ++i) {
-      w.PutUnary(rng() % 4 == 0 ? rng() % 150 : rng() % 6);
-      if (r > 0) w.Put(rng() & ((uint64_t{1} << r) - 1), r);
+      const uint64_t q = rng() % 4 == 0 ? rng() % 150 : rng() % 6, low = rng() & ((uint64_t{1} << r) - 1);
+      w.PutUnary(q);
+      if (r > 0) w.Put(low, r);
+      rice.PutRice(q << r | low, r);
     }
     w.Flush();
+    rice.Flush();
+    ASSERT_EQ(one_step, buf) << "PutRice differs from PutUnary then Put, rep " << rep;
     buf.resize(buf.size() - rng() % 3);  // sometimes cut short
     const uint64_t limit = rng() % 2 ? UINT64_MAX : rng() % 100;
     BitReader fast(buf), slow(buf);

@@ -52,25 +52,37 @@ uint32_t ReverseBits(uint32_t code, int len) {
   return r;
 }
 
-// Canonical codes from lengths: shorter codes first, then by symbol. Returns false if the
-// lengths over-subscribe the code space.
-bool CanonicalCodes(const std::vector<uint8_t>& len, std::vector<uint32_t>* codes) {
+// Per code length: how many codes have it and the first canonical code of that length
+// (MSB-first; shorter codes first, then by symbol).
+struct CodeRanges {
   uint32_t count[kHuffmanMaxBits + 1] = {};
+  uint32_t first[kHuffmanMaxBits + 1] = {};
+  bool fits = true;  // false if the lengths over-subscribe the code space
+};
+
+CodeRanges CanonicalRanges(const std::vector<uint8_t>& len) {
+  CodeRanges r;
   for (uint8_t l : len)
-    if (l) ++count[l];
-  uint32_t next[kHuffmanMaxBits + 2] = {};
+    if (l) ++r.count[l];
   uint32_t code = 0;
   int64_t kraft = 1 << kHuffmanMaxBits;
   for (int l = 1; l <= kHuffmanMaxBits; ++l) {
-    code = (code + count[l - 1]) << 1;
-    next[l] = code;
-    kraft -= static_cast<int64_t>(count[l]) << (kHuffmanMaxBits - l);
+    code = (code + r.count[l - 1]) << 1;
+    r.first[l] = code;
+    kraft -= static_cast<int64_t>(r.count[l]) << (kHuffmanMaxBits - l);
   }
-  if (kraft < 0) return false;
-  codes->assign(len.size(), 0);
+  r.fits = kraft >= 0;
+  return r;
+}
+
+// Each symbol's canonical code, bit-reversed for LSB-first writing (ranges.fits required).
+std::vector<uint32_t> CanonicalCodes(const std::vector<uint8_t>& len, const CodeRanges& ranges) {
+  uint32_t next[kHuffmanMaxBits + 1];
+  std::copy(std::begin(ranges.first), std::end(ranges.first), next);
+  std::vector<uint32_t> codes(len.size(), 0);
   for (size_t s = 0; s < len.size(); ++s)
-    if (len[s]) (*codes)[s] = ReverseBits(next[len[s]]++, len[s]);
-  return true;
+    if (len[s]) codes[s] = ReverseBits(next[len[s]]++, len[s]);
+  return codes;
 }
 
 }  // namespace
@@ -85,7 +97,9 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
     for (auto& x : f)
       if (x) x = (x >> 1) | 1;
   }
-  DCR_CHECK(CanonicalCodes(len_, &code_));
+  const CodeRanges ranges = CanonicalRanges(len_);
+  DCR_CHECK(ranges.fits);
+  code_ = CanonicalCodes(len_, ranges);
 }
 
 void HuffmanEncoder::WriteTable(std::vector<uint8_t>* out) const {
@@ -123,25 +137,20 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
     if (l == 0 || l > kHuffmanMaxBits) return Corrupt("Huffman table: code length " + std::to_string(l));
     len[s] = l;
   }
-  std::vector<uint32_t> codes;
-  if (!CanonicalCodes(len, &codes)) return Corrupt("Huffman table: over-subscribed code");
+  const CodeRanges ranges = CanonicalRanges(len);
+  if (!ranges.fits) return Corrupt("Huffman table: over-subscribed code");
+  const std::vector<uint32_t> codes = CanonicalCodes(len, ranges);
   fast_.assign(1u << kFastBits, 0);
-  std::fill(std::begin(count_), std::end(count_), 0);
   for (uint32_t sym = 0; sym < alphabet; ++sym) {
-    if (!len[sym]) continue;
-    ++count_[len[sym]];
-    if (len[sym] > kFastBits) continue;
+    if (!len[sym] || len[sym] > kFastBits) continue;
     const uint32_t step = 1u << len[sym];
     for (uint32_t i = codes[sym]; i < fast_.size(); i += step) fast_[i] = sym << 4 | len[sym];
   }
-  // Canonical order: by length, then symbol; first_[l] as CanonicalCodes assigns it.
-  uint32_t code = 0, at = 0;
-  for (int l = 1; l <= kHuffmanMaxBits; ++l) {
-    code = (code + count_[l - 1]) << 1;
-    first_[l] = code;
-    offset_[l] = at;
-    at += count_[l];
-  }
+  // Longer codes: canonical order is by length, then symbol.
+  std::copy(std::begin(ranges.count), std::end(ranges.count), count_);
+  std::copy(std::begin(ranges.first), std::end(ranges.first), first_);
+  uint32_t at = 0;
+  for (int l = 1; l <= kHuffmanMaxBits; ++l) offset_[l] = at, at += count_[l];
   sorted_.assign(at, 0);
   uint32_t fill[kHuffmanMaxBits + 1];
   std::copy(std::begin(offset_), std::end(offset_), fill);

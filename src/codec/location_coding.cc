@@ -95,16 +95,9 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
     case LocationMethod::kRice: {
       out->push_back(static_cast<uint8_t>(c.rice_k));
       BitWriter w(*out);
-      const uint64_t low = (uint64_t{1} << c.rice_k) - 1;
       uint64_t prev = block_start;
       for (uint32_t p : pos) {
-        const uint64_t gap = p - prev, q = gap >> c.rice_k;
-        if (q < 32 && c.rice_k <= 24) {  // the whole code in one write
-          w.Put(((uint64_t{1} << q) - 1) | ((gap & low) << (q + 1)), static_cast<int>(q) + 1 + c.rice_k);
-        } else {
-          w.PutUnary(q);
-          if (c.rice_k > 0) w.Put(gap & low, c.rice_k);
-        }
+        w.PutRice(p - prev, c.rice_k);
         prev = uint64_t{p} + 1;
       }
       w.Flush();

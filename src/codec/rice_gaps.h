@@ -32,18 +32,9 @@ inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population
   return rice;
 }
 
-// Each gap as one write when its code fits one (quotient below 32), else unary then low bits.
+// Writes each gap as a Rice code with parameter r.
 inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
-  const uint64_t low = (uint64_t{1} << r) - 1;
-  for (uint64_t g : gaps) {
-    const uint64_t q = g >> r;
-    if (q < 32 && r <= 24) {
-      w.Put(((uint64_t{1} << q) - 1) | ((g & low) << (q + 1)), static_cast<int>(q) + 1 + r);
-      continue;
-    }
-    w.PutUnary(q);
-    if (r > 0) w.Put(g & low, r);
-  }
+  for (uint64_t g : gaps) w.PutRice(g, r);
 }
 
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).

@@ -121,7 +121,7 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
   thread_local std::vector<uint64_t> freq4(4 * kAlphabet);
   std::fill(freq4.begin(), freq4.end(), 0);
   std::vector<uint64_t> freq(kAlphabet, 0);
-  uint64_t values = 0, escapes = 0, raw_bytes = 0;
+  uint64_t values = 0, escape_bytes = 0, raw_bytes = 0;
   for (const ValueRun& r : runs) {
     DCR_CHECK(r.bytes.size() == r.count * r.width);
     values += r.count;
@@ -132,11 +132,10 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
       run_escapes += escape;
       ++freq4[(i++ & 3) * kAlphabet + (escape ? kEscape : v)];
     });
-    escapes += run_escapes * r.width;
+    escape_bytes += run_escapes * r.width;
   }
   for (uint32_t v = 0; v < kAlphabet; ++v)
     freq[v] = freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
-  const uint64_t escape_bytes = escapes;
   DCR_CHECK(values > 0);
   HuffmanEncoder code(freq);
   const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;

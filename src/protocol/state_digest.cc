@@ -12,6 +12,10 @@ namespace {
 
 constexpr uint64_t kDigestSliceElements = 1ull << 22;
 
+void RequireElementWidth(uint32_t width) {
+  if (width != 1 && width != 2 && width != 4 && width != 8) Fatal(__FILE__, __LINE__, "unsupported element width");
+}
+
 }  // namespace
 
 std::string Digest128::ToHex() const {
@@ -38,13 +42,13 @@ bool Digest128::FromHex(std::string_view hex, Digest128* out) {
 uint64_t TensorKey(std::string_view name) { return XXH3_64bits(name.data(), name.size()); }
 
 Digest128 DigestElements(uint64_t key, std::span<const uint8_t> bytes, uint32_t width, uint64_t first) {
-  if (width != 1 && width != 2 && width != 4 && width != 8) Fatal(__FILE__, __LINE__, "unsupported element width");
+  RequireElementWidth(width);
   return DigestElementsDispatch(key, bytes.data(), bytes.size() / width, width, first);
 }
 
 Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
                         const uint8_t* next, uint32_t width) {
-  if (width != 1 && width != 2 && width != 4 && width != 8) Fatal(__FILE__, __LINE__, "unsupported element width");
+  RequireElementWidth(width);
   return DigestChangesDispatch(key, first, positions, base, next, width);
 }
 
