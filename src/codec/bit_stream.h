@@ -2,6 +2,7 @@
 // Readers never read past their span: every accessor reports failure instead.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -209,6 +210,38 @@ class BitReader {
     fill_ -= nbits;
   }
   void Fail() { overrun_ = true; }
+
+  // Fast path for hot decode loops: while HasWindow() holds, RefillWindow() tops the window up
+  // to 56..63 bits without a branch, and the *InWindow calls below consume from it unchecked;
+  // the caller must take at most 56 bits per refill. Near the end of the input, use the checked
+  // calls above instead.
+  bool HasWindow() const { return b_.size() - pos_ >= 8; }
+  void RefillWindow() {
+    uint64_t next;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+    std::memcpy(&next, b_.data() + pos_, 8);
+#pragma GCC diagnostic pop
+    acc_ |= next << fill_;  // bits already in acc_ above fill_ are the same input bits, or zero
+    pos_ += static_cast<size_t>((63 - fill_) >> 3);
+    fill_ |= 56;  // fill_ + 8 * (whole bytes taken): same low three bits, now in 56..63
+  }
+  uint64_t window() const { return acc_; }
+  void SkipInWindow(int nbits) {
+    acc_ >>= nbits;
+    fill_ -= nbits;
+  }
+  // GetRice from a refilled window: false (nothing consumed) when the code is longer than the
+  // window or its quotient exceeds `limit`; the caller then uses GetRice.
+  bool GetRiceInWindow(int r, uint64_t limit, uint64_t* value) {
+    const int ones = std::countr_one(acc_);
+    const int total = ones + 1 + r;
+    if (total > fill_ || static_cast<uint64_t>(ones) > limit) return false;
+    *value = static_cast<uint64_t>(ones) << r | (((acc_ >> ones) >> 1) & ((1ull << r) - 1));
+    acc_ = total == 64 ? 0 : acc_ >> total;
+    fill_ -= total;
+    return true;
+  }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }

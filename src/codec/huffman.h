@@ -42,6 +42,13 @@ class HuffmanDecoder {
     r.Skip(static_cast<int>(e & 15));
     return e >> 4;
   }
+  // Get, right after r.RefillWindow() (so at least 56 bits are in the window).
+  uint32_t GetInWindow(BitReader& r) const {
+    const uint32_t e = fast_[r.window() & ((1u << kFastBits) - 1)];
+    if ((e & 15) == 0) return GetLong(r);
+    r.SkipInWindow(static_cast<int>(e & 15));
+    return e >> 4;
+  }
 
  private:
   // Codes of up to kFastBits bits decode with one lookup in a table that stays in L1; longer ones

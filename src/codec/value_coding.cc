@@ -21,11 +21,22 @@ uint64_t LoadValue(const uint8_t* p, uint32_t w) {
   return v;
 }
 
+// Calls fn(U{}) with U the unsigned integer type of `width` bytes (1, 2, 4 or 8).
+template <typename Fn>
+auto WithWidth(uint32_t width, Fn&& fn) {
+  switch (width) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    default: return fn(uint64_t{});
+  }
+}
+
 // Calls fn(value, pointer to its bytes) for every value of `run`, with the width fixed at
 // compile time so the loads compile to single moves.
 template <typename Fn>
 void ForEachValue(const ValueRun& run, Fn&& fn) {
-  auto loop = [&](auto zero) {
+  WithWidth(run.width, [&](auto zero) {
     using U = decltype(zero);
     // Locals: stores made by fn (counts, output bytes) could otherwise alias run's fields.
     const uint8_t* p = run.bytes.data();
@@ -35,13 +46,38 @@ void ForEachValue(const ValueRun& run, Fn&& fn) {
       std::memcpy(&v, p, sizeof(U));
       fn(static_cast<uint64_t>(v), p);
     }
-  };
-  switch (run.width) {
-    case 1: return loop(uint8_t{});
-    case 2: return loop(uint16_t{});
-    case 4: return loop(uint32_t{});
-    default: return loop(uint64_t{});
+  });
+}
+
+// Decodes n values of type U into dst: symbols below kEscape are the value, kEscape takes the
+// next sizeof(U) bytes of `escapes` from *e on.
+template <typename U>
+Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
+                     uint8_t* dst) {
+  for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
+    uint32_t sym;
+    if (bits.HasWindow()) {  // the common case: no refill branch, no per-symbol length check
+      bits.RefillWindow();
+      sym = code.GetInWindow(bits);
+    } else {
+      sym = code.Get(bits);
+      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
+    }
+    if (sym < kEscape) [[likely]] {
+      if (sizeof(U) == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
+      const U v = static_cast<U>(sym);
+      std::memcpy(dst, &v, sizeof(U));
+      continue;
+    }
+    if (bits.overrun()) return Corrupt("value symbols truncated or invalid");  // GetLong failed
+    if (escapes.size() - *e < sizeof(U)) return Corrupt("value escapes exhausted");
+    std::memcpy(dst, escapes.data() + *e, sizeof(U));
+    *e += sizeof(U);
+    if (LoadValue(dst, sizeof(U)) < kEscape) return Corrupt("escaped value below the escape threshold");
   }
+  // GetLong signals an invalid code only through the overrun flag, with symbol 0.
+  if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
+  return Status::Ok();
 }
 
 // Symbol Huffman stored form: table, varint escape-byte count, escape bytes, bit stream.
@@ -71,22 +107,11 @@ Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> 
   size_t e = 0;
   for (size_t k = 0; k < runs.size(); ++k) {
     const ValueRun& run = runs[k];
-    std::vector<uint8_t>& out = *outs[k];
-    out.assign(run.count * run.width, 0);
-    for (uint64_t i = 0; i < run.count; ++i) {
-      uint32_t sym = code.Get(bits);
-      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
-      uint8_t* dst = out.data() + i * run.width;
-      if (sym < kEscape) {
-        if (run.width == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
-        StoreLe(dst, sym, run.width == 1 ? 1 : 2);
-        continue;
-      }
-      if (escapes.size() - e < run.width) return Corrupt("value escapes exhausted");
-      std::memcpy(dst, escapes.data() + e, run.width);
-      e += run.width;
-      if (LoadValue(dst, run.width) < kEscape) return Corrupt("escaped value below the escape threshold");
-    }
+    outs[k]->resize(run.count * run.width);
+    Status s = WithWidth(run.width, [&](auto zero) {
+      return DecodeSymbols<decltype(zero)>(code, bits, escapes, &e, run.count, outs[k]->data());
+    });
+    DCR_RETURN_IF_ERROR(s);
   }
   if (e != escapes.size()) return Corrupt("unused value escapes");
   if (bits.bytes_consumed() != r.remaining()) return Corrupt("trailing bytes after the value symbols");
