@@ -242,6 +242,15 @@ class BitReader {
     fill_ -= total;
     return true;
   }
+  // GetRice, through the window where it can: what hot loops call.
+  uint64_t GetRiceFast(int r, uint64_t limit) {
+    uint64_t value;
+    if (HasWindow()) {
+      RefillWindow();
+      if (GetRiceInWindow(r, limit, &value)) return value;
+    }
+    return GetRice(r, limit);
+  }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }

@@ -173,20 +173,14 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
     ASSERT_EQ(one_step, buf) << "PutRice differs from PutUnary then Put, rep " << rep;
     buf.resize(buf.size() - rng() % 3);  // sometimes cut short
     const uint64_t limit = rng() % 2 ? UINT64_MAX : rng() % 100;
-    // `window` reads as the hot decode loops do: the unchecked window while 8 bytes remain,
-    // GetRice for codes longer than the window and near the end.
+    // `window` reads as the hot decode loops do (GetRiceFast): the unchecked window while 8 bytes
+    // remain, GetRice for codes longer than the window and near the end.
     BitReader fast(buf), slow(buf), window(buf);
     for (int i = 0; i < 60 && !slow.overrun(); ++i) {
       const uint64_t q = slow.GetUnary(limit);
       const uint64_t want = q << r | (r > 0 ? slow.Get(r) : 0);
       const uint64_t got = fast.GetRice(r, limit);
-      uint64_t got_window = 0;
-      bool in_window = false;
-      if (window.HasWindow()) {
-        window.RefillWindow();
-        in_window = window.GetRiceInWindow(r, limit, &got_window);
-      }
-      if (!in_window) got_window = window.GetRice(r, limit);
+      const uint64_t got_window = window.GetRiceFast(r, limit);
       ASSERT_EQ(fast.overrun(), slow.overrun()) << "rep " << rep << " code " << i;
       ASSERT_EQ(window.overrun(), slow.overrun()) << "rep " << rep << " code " << i;
       if (!slow.overrun()) {

@@ -217,12 +217,15 @@ Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int bl
         if (!r.ReadByte(&k) || k > kMaxRiceK) return BlockError(b, "bad Rice parameter");
         BitReader bits(r.Rest());
         uint64_t next = start;  // smallest position the next change may take
+        const size_t at = positions->size();
+        positions->resize(at + n);  // within `expected`, reserved above
+        uint32_t* out = positions->data() + at;
         for (uint64_t i = 0; i < n; ++i) {
-          const uint64_t gap = bits.GetRice(k, len >> k);
+          const uint64_t gap = bits.GetRiceFast(k, len >> k);
           if (bits.overrun()) return BlockError(b, "truncated Rice code");
           uint64_t p = next + gap;
           if (p >= start + len) return BlockError(b, "position beyond the block");
-          positions->push_back(static_cast<uint32_t>(p));
+          out[i] = static_cast<uint32_t>(p);
           next = p + 1;
         }
         r.Skip(bits.bytes_consumed());

@@ -43,13 +43,7 @@ inline bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, 
   const uint64_t qlimit = limit >> r;
   uint64_t next = 0;  // <= limit
   for (uint64_t j = 0; j < n; ++j) {
-    uint64_t g;
-    if (bits.HasWindow()) {
-      bits.RefillWindow();
-      if (!bits.GetRiceInWindow(r, qlimit, &g)) g = bits.GetRice(r, qlimit);
-    } else {
-      g = bits.GetRice(r, qlimit);
-    }
+    const uint64_t g = bits.GetRiceFast(r, qlimit);
     if (bits.overrun() || g >= limit - next) return false;
     out[j] = next + g;
     next += g + 1;
