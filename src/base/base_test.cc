@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "base/durable_file.h"
 #include "base/mapped_file.h"
@@ -40,6 +41,35 @@ TEST(ParallelFor, RunsEveryItemOnceAndReportsTheLowestFailure) {
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
   Status s = ParallelFor(10, 1, [](size_t i) { return i >= 3 ? Corrupt("item " + std::to_string(i)) : Status::Ok(); });
   EXPECT_EQ(s.message(), "item 3");
+}
+
+TEST(ThreadsPerItem, SharesThreadsOnlyWhenItemsAreFewer) {
+  EXPECT_EQ(ThreadsPerItem(1, 4), 4);
+  EXPECT_EQ(ThreadsPerItem(3, 4), 1);
+  EXPECT_EQ(ThreadsPerItem(2, 5), 2);
+  EXPECT_EQ(ThreadsPerItem(8, 4), 1);
+  EXPECT_EQ(ThreadsPerItem(0, 4), 1);
+  EXPECT_EQ(ThreadsPerItem(1, 0), HardwareThreads());
+}
+
+TEST(RunConcurrently, RunsBothAtOnceAndReportsTheSideErrorFirst) {
+  // Each waits for the other to start, so this finishes only if they run at the same time.
+  std::atomic<int> started{0};
+  auto meet = [&] {
+    started++;
+    while (started.load() < 2) std::this_thread::yield();
+  };
+  std::thread::id side_id, main_id;
+  ASSERT_TRUE(RunConcurrently([&] { side_id = std::this_thread::get_id(); meet(); return Status::Ok(); },
+                              [&] { main_id = std::this_thread::get_id(); meet(); return Status::Ok(); })
+                  .ok());
+  EXPECT_NE(side_id, main_id);
+  EXPECT_EQ(main_id, std::this_thread::get_id());
+  bool main_ran = false;
+  Status s = RunConcurrently([] { return Corrupt("side"); }, [&] { main_ran = true; return Corrupt("main"); });
+  EXPECT_EQ(s.message(), "side");
+  EXPECT_TRUE(main_ran);
+  EXPECT_EQ(RunConcurrently([] { return Status::Ok(); }, [] { return Corrupt("main"); }).message(), "main");
 }
 
 TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {

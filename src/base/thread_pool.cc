@@ -40,4 +40,17 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
   return first_error;
 }
 
+int ThreadsPerItem(size_t items, int threads) {
+  if (threads <= 0) threads = HardwareThreads();
+  return items == 0 || items >= static_cast<size_t>(threads) ? 1 : threads / static_cast<int>(items);
+}
+
+Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main) {
+  Status side_status;
+  std::thread t([&] { side_status = side(); });
+  Status main_status = main();
+  t.join();
+  return side_status.ok() ? main_status : side_status;
+}
+
 }  // namespace dcr

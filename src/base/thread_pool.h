@@ -17,4 +17,12 @@ int HardwareThreads();
 // started are skipped.
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn);
 
+// Threads each of `items` parallel items may use itself when `threads` (0 = all hardware
+// threads) are shared among them: 1 unless there are fewer items than threads.
+int ThreadsPerItem(size_t items, int threads);
+
+// Runs `side` on a new thread while `main` runs on the calling thread, and waits for both.
+// Returns side's error if it failed, else main's: the result of running side, then main.
+Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main);
+
 }  // namespace dcr

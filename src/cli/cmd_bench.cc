@@ -79,10 +79,12 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
     if ((s.start + s.count) * w > work[s.tensor_index].size()) return Corrupt("segment outside its tensor");
     return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
+  const size_t np = delta.header().payloads.size();
+  const int per_payload = ThreadsPerItem(np, threads);
   auto t0 = Clock::now();
-  DCR_RETURN_IF_ERROR(ParallelFor(delta.header().payloads.size(), threads, [&](size_t i) {
+  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     thread_local DecodedPayload p;  // reused, as a receiver's decoder thread would
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup));
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup, per_payload));
     for (const auto& seg : p.segments) DCR_RETURN_IF_ERROR(ApplySegment(seg, work[seg.spec.tensor_index]));
     return Status::Ok();
   }));

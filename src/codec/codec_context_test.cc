@@ -238,5 +238,51 @@ TEST(ContextDecode, AgainstADifferentBaseItIsCorruptOrStaysInsideItsSegments) {
   EXPECT_GT(accepted, 0);
 }
 
+// DecodePayload with a second thread (values beside locations) gives what one thread gives: the
+// same changes, and on re-signed damage to either section the same status, message included.
+TEST(ConcurrentDecode, TwoThreadsGiveTheSameChangesAndTheSameErrorsAsOne) {
+  World w;
+  std::mt19937_64 rng(31);
+  w.Add(1, DType::kBF16, 300000, rng, 0, 300000, 0.12);
+  w.Add(2, DType::kF32, 5000, rng, 0, 5000, 0.3);
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 300000},
+                                          {2, DType::kF32, ValueKind::kXor, 0, 5000}};
+  for (Context mode : {Context::kNever, Context::kAlways}) {
+    uint64_t changed = 0;
+    const std::vector<uint8_t> p = w.Encode(specs, With(mode), &changed);
+    ASSERT_GE(changed, kConcurrentSectionsMinChanges) << "the payload must be large enough to use the second thread";
+    const std::string what = mode == Context::kNever ? "plain" : "context";
+    DecodedPayload one, two;
+    ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
+    ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
+    ExpectSameSegments(one, two, what);
+    ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
+
+    // Damage: a location-section byte, a value-section byte (the last bytes before the
+    // checksum are the value section's), or both; each re-signed.
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(p, &layout).ok());
+    const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
+    const size_t val_at = static_cast<size_t>(layout.val_stored.data() - p.data());
+    int refused = 0;
+    for (int i = 0; i < 60; ++i) {
+      std::vector<uint8_t> q = p;
+      if (i % 3 != 1) q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      if (i % 3 != 0) q[val_at + rng() % layout.val_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      Resign(q);
+      DecodedPayload a, b;
+      const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
+      ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
+      ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
+      if (sa.ok()) {
+        ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
+      } else {
+        ++refused;
+      }
+    }
+    EXPECT_GE(refused, 15) << what;
+  }
+}
+
 }  // namespace
 }  // namespace dcr

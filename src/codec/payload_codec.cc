@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include "base/thread_pool.h"
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
 #include "codec/section_coding.h"
@@ -230,51 +231,44 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   return Status::Ok();
 }
 
-Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base) {
-  PayloadLayout layout;
-  DCR_RETURN_IF_ERROR(ParsePayload(p, &layout));
-  const size_t nseg = layout.segments.size();
-  DecodedPayload& d = *out;
-  d.identity = layout.identity;
-  d.mode = layout.mode;
-  d.segments.resize(nseg);
-  for (size_t i = 0; i < nseg; ++i) {
-    d.segments[i].spec = layout.segments[i];
-    d.segments[i].changes.width = DTypeWidth(layout.segments[i].dtype);
-  }
+namespace {
 
+// What decoding the location section needs besides the payload: the section's raw bytes and,
+// in context modes, each segment's old bits.
+struct LocationInputs {
+  std::span<const uint8_t> loc;
+  std::vector<ContextSegment> segs;
+};
+
+Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, LocationInputs* in) {
   // Per thread and reused: the raw location section of a large payload is megabytes, which a
   // fresh buffer would map and fault in for every payload.
   thread_local std::vector<uint8_t> loc;
   DCR_RETURN_IF_ERROR(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc)
                           .WithContext("payload location section"));
-  std::vector<ValueRun> runs(nseg);
-  std::vector<std::vector<uint8_t>*> value_outs(nseg);
-  std::vector<std::vector<uint32_t>*> position_outs(nseg);
+  in->loc = std::span<const uint8_t>(loc.data(), layout.loc_raw);
+  if (!NeedsOldBits(layout.mode)) return Status::Ok();
+  if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
+  const size_t nseg = layout.segments.size();
+  in->segs.resize(nseg);
   for (size_t i = 0; i < nseg; ++i) {
-    runs[i] = {d.segments[i].changes.width, layout.changed[i], {}};
-    value_outs[i] = &d.segments[i].changes.values;
-    position_outs[i] = &d.segments[i].changes.positions;
+    DCR_ASSIGN_OR_RETURN(std::span<const uint8_t> old, base(layout.segments[i]));
+    if (old.size() != layout.segments[i].count * DTypeWidth(layout.segments[i].dtype))
+      return Internal("base lookup returned " + std::to_string(old.size()) + " bytes for a segment of " +
+                      std::to_string(layout.segments[i].count) + " elements");
+    in->segs[i] = {layout.segments[i].dtype, old};
   }
-  DCR_RETURN_IF_ERROR(DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section"));
+  return Status::Ok();
+}
 
-  if (NeedsOldBits(layout.mode)) {
-    if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
-    std::vector<ContextSegment> segs(nseg);
-    for (size_t i = 0; i < nseg; ++i) {
-      DCR_ASSIGN_OR_RETURN(std::span<const uint8_t> old, base(layout.segments[i]));
-      if (old.size() != layout.segments[i].count * d.segments[i].changes.width)
-        return Internal("base lookup returned " + std::to_string(old.size()) + " bytes for a segment of " +
-                        std::to_string(layout.segments[i].count) + " elements");
-      segs[i] = {layout.segments[i].dtype, old};
-    }
-    const Status s = layout.mode == CodecMode::kContext
-                         ? DecodeContextLocations(loc, segs, layout.changed, position_outs)
-                         : DecodeBandedLocations(loc, segs, layout.changed, position_outs);
-    return s.WithContext("payload location section");
-  }
-  std::span<const uint8_t> loc_rest(loc);
-  for (size_t i = 0; i < nseg; ++i) {
+Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
+                       std::span<std::vector<uint32_t>* const> position_outs) {
+  if (layout.mode == CodecMode::kContext)
+    return DecodeContextLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
+  if (layout.mode == CodecMode::kContextBands)
+    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
+  std::span<const uint8_t> loc_rest = in.loc;
+  for (size_t i = 0; i < layout.segments.size(); ++i) {
     size_t used = 0;
     DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, layout.changed[i],
                                               position_outs[i], &used)
@@ -283,6 +277,48 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   }
   if (!loc_rest.empty()) return Corrupt("payload location section has " + std::to_string(loc_rest.size()) + " trailing bytes");
   return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base, int threads) {
+  PayloadLayout layout;
+  DCR_RETURN_IF_ERROR(ParsePayload(p, &layout));
+  const size_t nseg = layout.segments.size();
+  DecodedPayload& d = *out;
+  d.identity = layout.identity;
+  d.mode = layout.mode;
+  d.segments.resize(nseg);
+  std::vector<ValueRun> runs(nseg);
+  std::vector<std::vector<uint8_t>*> value_outs(nseg);
+  std::vector<std::vector<uint32_t>*> position_outs(nseg);
+  uint64_t changed = 0;
+  for (size_t i = 0; i < nseg; ++i) {
+    d.segments[i].spec = layout.segments[i];
+    d.segments[i].changes.width = DTypeWidth(layout.segments[i].dtype);
+    runs[i] = {d.segments[i].changes.width, layout.changed[i], {}};
+    value_outs[i] = &d.segments[i].changes.values;
+    position_outs[i] = &d.segments[i].changes.positions;
+    changed += layout.changed[i];
+  }
+  auto values = [&] {
+    return DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section");
+  };
+  // Errors come in one order whatever the threads: the value section's first, then the
+  // location section's.
+  LocationInputs in;
+  const Status prepared = PrepareLocations(layout, base, &in);
+  if (!prepared.ok()) {
+    DCR_RETURN_IF_ERROR(values());
+    return prepared;
+  }
+  if (threads == 0) threads = HardwareThreads();
+  if (threads < 2 || changed < kConcurrentSectionsMinChanges) {
+    DCR_RETURN_IF_ERROR(values());
+    return DecodeLocations(layout, in, position_outs);
+  }
+  // The sections are independent: a second thread decodes the values.
+  return RunConcurrently(values, [&] { return DecodeLocations(layout, in, position_outs); });
 }
 
 bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {

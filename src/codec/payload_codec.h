@@ -145,8 +145,14 @@ Status ParsePayload(std::span<const uint8_t> payload, PayloadLayout* out);
 using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentSpec&)>;
 
 // Verifies and decodes one payload. Failures are kCorrupt, or kUnsupported for other versions
-// and for a context-mode payload when no `base` is given.
-Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {});
+// and for a context-mode payload when no `base` is given. With threads >= 2 (0 = all hardware
+// threads) and at least kConcurrentSectionsMinChanges changes, the value section decodes on a
+// second thread while the location section decodes on the calling one; the result, errors
+// included, is the same.
+Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {},
+                     int threads = 1);
+// Below this many changes a second thread costs more to start than it saves.
+inline constexpr uint64_t kConcurrentSectionsMinChanges = 32768;
 
 // Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
 Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);

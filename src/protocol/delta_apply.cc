@@ -54,9 +54,10 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   const size_t np = h.payloads.size();
   std::vector<std::vector<std::pair<uint32_t, Digest128>>> deltas(np);
   std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);  // first and last segment
+  const int per_payload = ThreadsPerItem(np, threads);
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup));
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup, per_payload));
     for (const DecodedSegment& seg : payload.segments) {
       const TensorRef& t = tensors[seg.spec.tensor_index];
       const uint64_t key = TensorKey(t.name());
@@ -89,7 +90,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   auto t2 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup));
+    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup, per_payload));
     for (const DecodedSegment& seg : payload.segments)
       DCR_RETURN_IF_ERROR(ApplySegment(seg, tensors[seg.spec.tensor_index].mutable_bytes));
     return Status::Ok();

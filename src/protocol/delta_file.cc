@@ -262,12 +262,13 @@ std::span<const uint8_t> DeltaReader::PayloadBytes(size_t i) const {
   return file_.bytes().subspan(p.offset, p.length);
 }
 
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base) {
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
+                          int threads) {
   const DeltaHeader& h = reader.header();
   const PayloadEntry& e = h.payloads[i];
   const std::string where = reader.path() + ": payload " + std::to_string(i) + " (bytes " + std::to_string(e.offset) +
                             ".." + std::to_string(e.offset + e.length) + ")";
-  Status s = DecodePayload(reader.PayloadBytes(i), out, base);
+  Status s = DecodePayload(reader.PayloadBytes(i), out, base, threads);
   if (!s.ok()) return s.WithContext(where);
   if (out->identity.transfer_id != h.transfer_id || out->identity.sequence != e.sequence || out->changed() != e.changed)
     return Corrupt(where + ": payload identity or change count disagrees with the delta's payload table");

@@ -109,8 +109,9 @@ class DeltaReader {
 
 // Decodes payload i of `reader` and checks it against its table entry and the catalog: identity,
 // change count, and every segment's tensor index, dtype and range. Context-mode payloads need
-// `base` (the target's current bits).
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base = {});
+// `base` (the target's current bits). `threads` as for DecodePayload.
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base = {},
+                          int threads = 1);
 
 // Checks that the segments of consecutive payloads continue the strict (tensor, start) order:
 // `prev` is the last segment of payload i-1, `next` the first of payload i.

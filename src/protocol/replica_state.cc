@@ -295,7 +295,7 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
   };
   for (const SegmentSpec& s : layout.segments) DCR_RETURN_IF_ERROR(fit(s).status().WithContext(dir_));
   DecodedPayload decoded;
-  DCR_RETURN_IF_ERROR(DecodePayload(payload, &decoded, fit).WithContext(dir_ + ": " + what + " refused"));
+  DCR_RETURN_IF_ERROR(DecodePayload(payload, &decoded, fit, threads_).WithContext(dir_ + ": " + what + " refused"));
   const size_t nseg = decoded.segments.size();
   std::vector<Digest128> seg_delta(nseg);
   PlacedPayload placed;  // layout mode: every change resolved to its local copies
