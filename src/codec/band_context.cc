@@ -157,6 +157,20 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
   return out;
 }
 
+// The (j+1)-th lowest set bit of `m` (which has more than j set bits).
+HWY_INLINE int SelectBit(uint64_t m, uint64_t j, bool fast_pdep) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
+  if (fast_pdep) return __builtin_ctzll(_pdep_u64(uint64_t{1} << j, m));
+#else
+  (void)fast_pdep;
+#endif
+  return SelectBitPortable(m, j);
+}
+
+// A band with fewer than (tile words) / kSparseTileFactor changes in a tile places them one by
+// one (a binary search and a select each); more, and it deposits its bitmap word by word.
+constexpr uint64_t kSparseTileFactor = 4;
+
 // `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
 // at / 64 and at / 64 + 1.
 HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
@@ -177,9 +191,10 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
                     const std::array<const uint64_t*, kMaxContextBands>& bitmap, const BandWords& count,
                     bool fast_pdep, std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                     BandWords* placed, std::vector<uint64_t>* filled) {
-  // Band-major per tile: each band with changes left deposits its slice of the ordinal bitmap
-  // onto its element mask word by word (branch-free), into a tile bitmap of changed elements;
-  // that bitmap then yields the tile's positions in ascending order.
+  // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
+  // changed elements, either one by one (few changes) or by depositing its slice of the ordinal
+  // bitmap onto its element mask word by word (branch-free); the tile bitmap then yields the
+  // tile's positions in ascending order.
   const size_t k = static_cast<size_t>(bands.k);
   BandWords run{};  // per band: population before the tile
   *placed = BandWords{};
@@ -199,20 +214,37 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
       for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
       for (size_t b = 0; b < k; ++b) {
         if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
-        uint64_t r = run[b], in_tile = 0;
-        for (size_t wd = 0; wd < words; ++wd) in_tile += static_cast<uint64_t>(PopCount64(rows.Band(b, wd)));
-        run[b] += in_tile;
-        if (ordinals[b][(*placed)[b]] >= r + in_tile) continue;  // no change of the band in this tile
-        uint64_t deposited = 0;
+        // before[wd]: the band's members in the tile before word wd (wd <= words); 0xffff after.
+        uint16_t before[kTileWords + 1];
+        uint32_t members = 0;
+        for (size_t wd = 0; wd < words; ++wd) {
+          before[wd] = static_cast<uint16_t>(members);
+          members += static_cast<uint32_t>(PopCount64(rows.Band(b, wd)));
+        }
+        before[words] = static_cast<uint16_t>(members);
+        for (size_t wd = words + 1; wd <= kTileWords; ++wd) before[wd] = 0xffff;
+        const uint64_t r0 = run[b], end = r0 + members;
+        run[b] = end;
+        const uint64_t* ord = ordinals[b];
+        uint64_t p = (*placed)[b], q = p;  // the band's ordinals in this tile: [p, q)
+        while (q < count[b] && ord[q] < end) ++q;
+        if (q == p) continue;
+        (*placed)[b] = q;
+        if ((q - p) * kSparseTileFactor < words) {
+          // Few changes: find each one's word by binary search over `before` and select its bit.
+          for (; p < q; ++p) {
+            const uint32_t local = static_cast<uint32_t>(ord[p] - r0);
+            size_t wd = 0;
+            for (size_t step = kTileWords / 2; step > 0; step >>= 1) wd += before[wd + step] <= local ? step : 0;
+            hit[wd] |= uint64_t{1} << SelectBit(rows.Band(b, wd), local - before[wd], fast_pdep);
+          }
+          continue;
+        }
         for (size_t wd = 0; wd < words; ++wd) {
           const uint64_t m = rows.Band(b, wd);
-          const int c = PopCount64(m);
-          const uint64_t bits = BitsAt(bitmap[b], r, c);
-          hit[wd] |= DepositBits(bits, m, fast_pdep);
-          deposited += static_cast<uint64_t>(PopCount64(bits));
-          r += static_cast<uint64_t>(c);
+          const int c = before[wd + 1] - before[wd];
+          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + before[wd], c), m, fast_pdep);
         }
-        (*placed)[b] += deposited;
       }
       for (size_t wd = 0; wd < words; ++wd) {
         uint64_t h = hit[wd];
