@@ -43,8 +43,11 @@ for t in "${TESTS[@]}"; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 # QEMU_CPU=max emulates SVE2 as well as NEON, so every aarch64 target this build compiled runs.
+# Debian 12's qemu-user (7.2) hangs in pthread_create, so tests that start threads are left out
+# here; what they test (ConcurrentDecode: two threads give one thread's result) is not per-target.
 for t in "${TESTS[@]}"; do
   echo "aarch64: $t"
-  QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/$(basename "$t")" --gtest_brief=1
+  QEMU_CPU=max qemu-aarch64 -L /usr/aarch64-linux-gnu "$OUT/$(basename "$t")" --gtest_brief=1 \
+    --gtest_filter='-ConcurrentDecode.*'
 done
 echo "aarch64: all passed"
