@@ -4,6 +4,9 @@
 #include <cstring>
 #include <utility>
 
+#include "base/thread_pool.h"
+#include "codec/diff.h"
+
 namespace dcr {
 
 namespace {
@@ -58,36 +61,105 @@ PayloadPlan PlanPayloads(const Catalog& catalog, uint64_t capacity) {
   });
 }
 
+namespace {
+
+// A segment diffed ahead of the builder (by the second thread) and its digest delta.
+struct DiffedSegment {
+  ChangeSet changes;
+  Digest128 digest;
+};
+
+// Where the segments are cut for two threads: the first segment that starts at or past half the
+// elements (0: not worth a second thread).
+size_t SplitForTwoThreads(const std::vector<PlannedSegment>& segments) {
+  uint64_t total = 0;
+  for (const PlannedSegment& seg : segments) total += seg.count;
+  if (segments.size() < 2 || total < kConcurrentDiffMinElements) return 0;
+  uint64_t before = 0;
+  for (size_t i = 0; i + 1 < segments.size(); ++i) {
+    before += segments[i].count;
+    if (2 * before >= total) return i + 1;
+  }
+  return segments.size() - 1;
+}
+
+}  // namespace
+
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                           const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
-                          const PayloadIdentity& identity, EncodedPayload* out) {
+                          const PayloadIdentity& identity, EncodedPayload* out, int threads) {
   out->bytes.clear();
   out->changed = 0;
   out->digest_deltas.clear();
   // One builder per thread, reused: its buffers (a few bytes per change) stay mapped, where fresh
-  // ones would be page-faulted in for every payload.
+  // ones would be page-faulted in for every payload. The same for segments diffed ahead.
   thread_local PayloadBuilder builder;
+  thread_local std::vector<DiffedSegment> ahead_storage;
+  std::vector<DiffedSegment>& ahead = ahead_storage;  // this thread's, also when the helper uses it
   builder.set_options(encode);
-  for (const PlannedSegment& seg : segments) {
+  auto spec_of = [&](const PlannedSegment& seg) {
     DCR_CHECK(seg.tensor < base.size() && seg.tensor < next.size());
     const TensorRef& b = base[seg.tensor];
     const TensorRef& x = next[seg.tensor];
     DCR_CHECK(b.info != nullptr && x.info != nullptr && b.dtype() == x.dtype() &&
               b.num_elements() == x.num_elements() && seg.count <= b.num_elements() &&
               seg.start <= b.num_elements() - seg.count);
-    const uint32_t w = DTypeWidth(b.dtype());
-    const SegmentSpec spec{seg.tensor, b.dtype(), kind, seg.start, seg.count};
-    if (builder.AddDiff(spec, b.bytes.subspan(seg.start * w, seg.count * w),
-                        x.bytes.subspan(seg.start * w, seg.count * w)) == 0)
-      continue;
-    // Target digest = base digest + the changes: O(changed elements).
-    const Digest128 d = DigestChanges(TensorKey(b.name()), seg.start, builder.last_changes().positions,
-                                      b.bytes.data() + seg.start * w, x.bytes.data() + seg.start * w, w);
+    return SegmentSpec{seg.tensor, b.dtype(), kind, seg.start, seg.count};
+  };
+  auto bytes_of = [&](const TensorRef& t, const PlannedSegment& seg) {
+    const uint64_t w = DTypeWidth(t.dtype());
+    return t.bytes.subspan(seg.start * w, seg.count * w);
+  };
+  // Target digest = base digest + the changes: O(changed elements).
+  auto digest_of = [&](const PlannedSegment& seg, const ChangeSet& changes) {
+    const TensorRef& b = base[seg.tensor];
+    return DigestChanges(TensorKey(b.name()), seg.start, changes.positions, bytes_of(b, seg).data(),
+                         bytes_of(next[seg.tensor], seg).data(), DTypeWidth(b.dtype()));
+  };
+  auto add_digest = [&](uint32_t tensor, const Digest128& d) {
     // Segments of one tensor are adjacent in a plan: merge them into one entry per tensor.
-    if (!out->digest_deltas.empty() && out->digest_deltas.back().first == seg.tensor)
+    if (!out->digest_deltas.empty() && out->digest_deltas.back().first == tensor)
       out->digest_deltas.back().second += d;
     else
-      out->digest_deltas.emplace_back(seg.tensor, d);
+      out->digest_deltas.emplace_back(tensor, d);
+  };
+  auto add_through = [&](size_t end) {
+    for (size_t i = 0; i < end; ++i) {
+      const PlannedSegment& seg = segments[i];
+      const SegmentSpec spec = spec_of(seg);
+      if (builder.AddDiff(spec, bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg)) == 0) continue;
+      add_digest(seg.tensor, digest_of(seg, builder.last_changes()));
+    }
+    return Status::Ok();
+  };
+  // With a second thread, it diffs and digests the later half of the segments while this one
+  // adds the earlier half; the builder then takes the later ones in order, so the bytes are the
+  // same as from one thread.
+  const size_t split = threads >= 2 ? SplitForTwoThreads(segments) : 0;
+  if (split == 0) {
+    (void)add_through(segments.size());
+  } else {
+    ahead.resize(segments.size() - split);
+    (void)RunConcurrently(
+        [&] {
+          for (size_t i = split; i < segments.size(); ++i) {
+            const PlannedSegment& seg = segments[i];
+            const SegmentSpec spec = spec_of(seg);
+            DiffedSegment& d = ahead[i - split];
+            DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
+                         &d.changes);
+            if (d.changes.size() > 0) d.digest = digest_of(seg, d.changes);
+          }
+          return Status::Ok();
+        },
+        [&] { return add_through(split); });
+    for (size_t i = split; i < segments.size(); ++i) {
+      const PlannedSegment& seg = segments[i];
+      const DiffedSegment& d = ahead[i - split];
+      if (d.changes.size() == 0) continue;
+      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg));
+      add_digest(seg.tensor, d.digest);
+    }
   }
   out->changed = builder.changed();
   if (builder.segments() > 0) builder.Finish(identity, &out->bytes);

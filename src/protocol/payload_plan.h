@@ -50,9 +50,13 @@ struct EncodedPayload {
 // same catalog); only the entries the segments name are read, and they must hold tensors of
 // equal dtype and element count (checked: a violation is a bug in the caller). `out` is reset
 // first (its buffers are reused). With nothing changed, `out->bytes` stays empty and nothing is
-// encoded. The bytes depend only on the inputs (not on threads or scheduling).
+// encoded. The bytes depend only on the inputs (not on threads or scheduling). With threads >= 2
+// and at least kConcurrentDiffMinElements elements in two or more segments, a second thread diffs
+// the later half of the segments.
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                           const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
-                          const PayloadIdentity& identity, EncodedPayload* out);
+                          const PayloadIdentity& identity, EncodedPayload* out, int threads = 1);
+// Below this many elements a second thread costs more to start than it saves.
+inline constexpr uint64_t kConcurrentDiffMinElements = uint64_t{1} << 20;
 
 }  // namespace dcr

@@ -15,6 +15,7 @@
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
 #include "protocol/delta_file.h"
+#include "protocol/payload_plan.h"
 #include "protocol/state_digest.h"
 #include "testing/tensor_set.h"
 #include "testing/test_files.h"
@@ -304,6 +305,58 @@ TEST(DeltaDeterminism, FileIsByteIdenticalForOneTwoAndFourThreadsAndAnyChunkSize
       }
       EXPECT_EQ(bytes, first) << "chunk " << chunk_bytes << " threads " << threads;
     }
+  }
+}
+
+// One payload of at least kConcurrentDiffMinElements elements: with two threads, a second thread
+// diffs its later segments (EncodePlannedPayload); and a value section decodes beside the
+// location section (DecodePayload). The file must be the one one thread writes, and apply.
+TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndApplies) {
+  using Context = EncodeOptions::Context;
+  TempDir dir{"dcr_protocol_test_"};
+  std::mt19937_64 rng(77);
+  Tensors base;
+  base.Add("a.weight", DType::kBF16, {600, 1000}, rng);
+  base.Add("b.weight", DType::kBF16, {300, 1000}, rng);
+  base.Add("c.weight", DType::kF32, {200, 1000}, rng);
+  Tensors next = base;
+  for (size_t t = 0; t < next.list.size(); ++t) {
+    const uint32_t w = DTypeWidth(next.list[t].dtype);
+    std::vector<uint8_t>& bytes = next.storage[t];
+    for (size_t i = 0; i < bytes.size() / w; ++i)
+      if (rng() % 100 < 4) Put(bytes, i, w, Get(bytes, i, w) ^ (1 + rng() % 7));
+  }
+  const std::string base_path = dir / "base.safetensors", next_path = dir / "next.safetensors";
+  ASSERT_TRUE(WriteSafetensors(base_path, base.Bind()).ok());
+  ASSERT_TRUE(WriteSafetensors(next_path, next.Bind()).ok());
+  ASSERT_GE(uint64_t{600000 + 300000 + 200000}, kConcurrentDiffMinElements);
+  for (Context context : {Context::kNever, Context::kWhenSmaller}) {
+    std::vector<std::vector<uint8_t>> files;
+    for (int threads : {1, 2}) {
+      DiffOptions opt;
+      opt.threads = threads;
+      opt.encode.context = context;
+      const std::string out = dir / ("d" + std::to_string(threads) + ".dcr");
+      Checkpoint b = OpenOrDie(base_path), n = OpenOrDie(next_path);
+      auto s = DiffCheckpoints(b, n, out, opt);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ASSERT_EQ(s->payloads, 1u);
+      ASSERT_GE(s->changed_elements, kConcurrentSectionsMinChanges);
+      files.push_back(ReadAll(out));
+      const std::string target = dir / ("t" + std::to_string(threads) + ".safetensors");
+      fs::copy_file(base_path, target, fs::copy_options::overwrite_existing);
+      {
+        auto delta = DeltaReader::Open(out);
+        ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+        Checkpoint t = OpenOrDie(target, MappedFile::Mode::kReadWrite);
+        ApplyOptions ao;
+        ao.threads = threads;
+        auto a = ApplyDelta(*delta, t, ao);
+        ASSERT_TRUE(a.ok()) << a.status().ToString();
+      }
+      ExpectHolds(OpenOrDie(target), next);
+    }
+    EXPECT_EQ(files[0], files[1]) << "context " << static_cast<int>(context);
   }
 }
 
