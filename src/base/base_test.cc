@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "base/durable_file.h"
 #include "base/mapped_file.h"
@@ -70,6 +71,29 @@ TEST(RunConcurrently, RunsBothAtOnceAndReportsTheSideErrorFirst) {
   EXPECT_EQ(s.message(), "side");
   EXPECT_TRUE(main_ran);
   EXPECT_EQ(RunConcurrently([] { return Status::Ok(); }, [] { return Corrupt("main"); }).message(), "main");
+}
+
+TEST(RunConcurrently, KeepsItsHelperBetweenCallsAndServesConcurrentCallers) {
+  // One caller at a time: the same helper thread every time, not a new thread per call.
+  std::thread::id first;
+  for (int i = 0; i < 20; ++i) {
+    std::thread::id id;
+    ASSERT_TRUE(RunConcurrently([&] { id = std::this_thread::get_id(); return Status::Ok(); }, [] { return Status::Ok(); }).ok());
+    if (i == 0) first = id;
+    EXPECT_EQ(id, first) << "call " << i;
+  }
+  // Four callers at once, each with its own results.
+  std::vector<std::atomic<int>> sums(4);
+  ASSERT_TRUE(ParallelFor(4, 4, [&](size_t c) {
+                for (int i = 0; i < 200; ++i) {
+                  int side = 0, main = 0;
+                  Status s = RunConcurrently([&] { side = i; return Status::Ok(); }, [&] { main = i; return Status::Ok(); });
+                  if (!s.ok() || side != i || main != i) return Corrupt("caller " + std::to_string(c) + " call " + std::to_string(i));
+                  sums[c] += side;
+                }
+                return Status::Ok();
+              }).ok());
+  for (auto& v : sums) EXPECT_EQ(v.load(), 199 * 200 / 2);
 }
 
 TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {

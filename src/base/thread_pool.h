@@ -21,8 +21,10 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
 // threads) are shared among them: 1 unless there are fewer items than threads.
 int ThreadsPerItem(size_t items, int threads);
 
-// Runs `side` on a new thread while `main` runs on the calling thread, and waits for both.
-// Returns side's error if it failed, else main's: the result of running side, then main.
+// Runs `side` on another thread while `main` runs on the calling thread, and waits for both.
+// Returns side's error if it failed, else main's: the result of running side, then main. The
+// other thread is a helper kept waiting between calls (one per concurrent caller); thread-local
+// variables named inside `side` are that helper's, not the caller's.
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main);
 
 }  // namespace dcr

@@ -68,14 +68,9 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   last_ = spec;
 }
 
-void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out) {
-  DCR_CHECK(segments_ > 0);
-  const size_t at = out->size();
-  out->resize(at + kPayloadHeaderBytes, 0);
-  out->insert(out->end(), table_.begin(), table_.end());
-  // Context mode when allowed and smaller: both location codes are near-incompressible, so
-  // their raw sizes decide.
-  CodecMode mode = CodecMode::kPlain;
+// Fills loc_raw_ with the payload's location code and returns its mode: context mode when allowed
+// and smaller (both location codes are near-incompressible, so their raw sizes decide).
+CodecMode PayloadBuilder::ChooseLocationCode() {
   if (options_.context != EncodeOptions::Context::kNever) {
     std::vector<std::span<const uint32_t>> per_segment;
     size_t from = 0;
@@ -104,23 +99,55 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
       return context_raw_.size() < plain_bytes;
     };
     if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
-      mode = CodecMode::kContextBands;
       loc_raw_.swap(context_raw_);
-    } else {
-      for (size_t i = 0; i < context_segments_.size(); ++i)
-        EncodeLocations(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
-                        options_.block_log2, &loc_raw_);
+      return CodecMode::kContextBands;
     }
+    for (size_t i = 0; i < context_segments_.size(); ++i)
+      EncodeLocations(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
+                      options_.block_log2, &loc_raw_);
   }
-  const size_t loc_at = out->size();
-  SectionCodec loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
-  const size_t val_at = out->size();
+  return CodecMode::kPlain;
+}
+
+void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out, int threads) {
+  DCR_CHECK(segments_ > 0);
+  const size_t at = out->size();
+  out->resize(at + kPayloadHeaderBytes, 0);
+  out->insert(out->end(), table_.begin(), table_.end());
   uint64_t value_at = 0;
   for (ValueRun& r : runs_) {
     r.bytes = std::span<const uint8_t>(val_raw_).subspan(value_at, r.count * r.width);
     value_at += r.count * r.width;
   }
-  ValueCodec val_codec = EncodeValues(runs_, options_.zstd_level, out);
+  CodecMode mode = CodecMode::kPlain;
+  ValueCodec val_codec = ValueCodec::kPlanesRaw;
+  size_t loc_at = 0, val_at = 0;
+  SectionCodec loc_codec = SectionCodec::kRaw;
+  // The sections are independent: where the location code is still to be made (context mode
+  // possible), a second thread codes the values into their own buffer meanwhile. A plain-only
+  // code was made segment by segment in AddChanges, and nothing here would overlap the values.
+  if (threads >= 2 && changed_ >= kConcurrentSectionsMinChanges && options_.context != EncodeOptions::Context::kNever) {
+    values_.clear();
+    (void)RunConcurrently(
+        [&] {
+          val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
+          return Status::Ok();
+        },
+        [&] {
+          mode = ChooseLocationCode();
+          loc_at = out->size();
+          loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+          return Status::Ok();
+        });
+    val_at = out->size();
+    out->insert(out->end(), values_.begin(), values_.end());
+  } else {
+    mode = ChooseLocationCode();
+    loc_at = out->size();
+    loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+    val_at = out->size();
+    val_codec = EncodeValues(runs_, options_.zstd_level, out);
+  }
 
   uint8_t* h = out->data() + at;
   StoreLe(h + kOffMagic, kPayloadMagic, 4);

@@ -69,6 +69,10 @@ struct EncodeOptions {
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish
 // resets it, keeping its buffers, so steady-state encoding does not allocate.
+// Below this many changes a payload's two sections are coded and decoded on one thread: handing
+// one to a second thread costs more than it saves.
+inline constexpr uint64_t kConcurrentSectionsMinChanges = 32768;
+
 class PayloadBuilder {
  public:
   explicit PayloadBuilder(const EncodeOptions& options = {}) : options_(options) {}
@@ -91,10 +95,14 @@ class PayloadBuilder {
 
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }
-  // Appends the payload to `out` (at least one segment required) and resets the builder.
-  void Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out);
+  // Appends the payload to `out` (at least one segment required) and resets the builder. With
+  // threads >= 2, at least kConcurrentSectionsMinChanges changes and context mode allowed, the
+  // value section is coded on a second thread while the location code is chosen; the bytes are
+  // the same.
+  void Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out, int threads = 1);
 
  private:
+  CodecMode ChooseLocationCode();
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: values, segment after segment
@@ -104,6 +112,7 @@ class PayloadBuilder {
   std::vector<uint32_t> positions_;
   std::vector<size_t> position_ends_;
   std::vector<uint8_t> context_raw_;
+  std::vector<uint8_t> values_;  // the value section, when coded on a second thread
   size_t segments_ = 0;
   uint64_t changed_ = 0;
   SegmentSpec last_{};
@@ -151,8 +160,6 @@ using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentS
 // included, is the same.
 Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {},
                      int threads = 1);
-// Below this many changes a second thread costs more to start than it saves.
-inline constexpr uint64_t kConcurrentSectionsMinChanges = 32768;
 
 // Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
 Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);

@@ -134,7 +134,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   };
   // With a second thread, it diffs and digests the later half of the segments while this one
   // adds the earlier half; the builder then takes the later ones in order, so the bytes are the
-  // same as from one thread.
+  // same as from one thread. Finish uses the second thread again for the value section.
   const size_t split = threads >= 2 ? SplitForTwoThreads(segments) : 0;
   if (split == 0) {
     (void)add_through(segments.size());
@@ -162,7 +162,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     }
   }
   out->changed = builder.changed();
-  if (builder.segments() > 0) builder.Finish(identity, &out->bytes);
+  if (builder.segments() > 0) builder.Finish(identity, &out->bytes, threads);
 }
 
 }  // namespace dcr
