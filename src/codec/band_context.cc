@@ -157,18 +157,8 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
   return out;
 }
 
-// The (j+1)-th lowest set bit of `m` (which has more than j set bits).
-HWY_INLINE int SelectBit(uint64_t m, uint64_t j, bool fast_pdep) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
-  if (fast_pdep) return __builtin_ctzll(_pdep_u64(uint64_t{1} << j, m));
-#else
-  (void)fast_pdep;
-#endif
-  return SelectBitPortable(m, j);
-}
-
 // A band with fewer than (tile words) / kSparseTileFactor changes in a tile places them one by
-// one (a binary search and a select each); more, and it deposits its bitmap word by word.
+// one (a binary search and a one-bit deposit each); more, and it deposits its bitmap word by word.
 constexpr uint64_t kSparseTileFactor = 4;
 
 // `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
@@ -231,12 +221,12 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
         if (q == p) continue;
         (*placed)[b] = q;
         if ((q - p) * kSparseTileFactor < words) {
-          // Few changes: find each one's word by binary search over `before` and select its bit.
+          // Few changes: find each one's word by binary search over `before`, then deposit its bit.
           for (; p < q; ++p) {
             const uint32_t local = static_cast<uint32_t>(ord[p] - r0);
             size_t wd = 0;
             for (size_t step = kTileWords / 2; step > 0; step >>= 1) wd += before[wd + step] <= local ? step : 0;
-            hit[wd] |= uint64_t{1} << SelectBit(rows.Band(b, wd), local - before[wd], fast_pdep);
+            hit[wd] |= DepositBits(uint64_t{1} << (local - before[wd]), rows.Band(b, wd), fast_pdep);
           }
           continue;
         }

@@ -183,17 +183,7 @@ class BitReader {
   // whole code is in the window (as it is for all but very long quotients).
   uint64_t GetRice(int r, uint64_t limit) {
     Refill();
-    const uint64_t inv = ~acc_ & ((fill_ == 64) ? ~0ull : ((1ull << fill_) - 1));
-    const int ones = inv != 0 ? __builtin_ctzll(inv) : 64;
-    const int total = ones + 1 + r;
-    if (total <= fill_ && static_cast<uint64_t>(ones) <= limit) {
-      const uint64_t low = ((acc_ >> ones) >> 1) & ((1ull << r) - 1);
-      acc_ = total == 64 ? 0 : acc_ >> total;
-      fill_ -= total;
-      return static_cast<uint64_t>(ones) << r | low;
-    }
-    const uint64_t q = GetUnary(limit);
-    return q << r | (r > 0 ? Get(r) : 0);
+    return GetRiceAfterRefill(r, limit);
   }
   // The next nbits (<= 56) without consuming them; missing bits past the end read as 0.
   uint64_t Peek(int nbits) {
@@ -212,9 +202,9 @@ class BitReader {
   void Fail() { overrun_ = true; }
 
   // Fast path for hot decode loops: while HasWindow() holds, RefillWindow() tops the window up
-  // to 56..63 bits without a branch, and the *InWindow calls below consume from it unchecked;
-  // the caller must take at most 56 bits per refill. Near the end of the input, use the checked
-  // calls above instead.
+  // to 56..63 bits without a branch, and SkipInWindow consumes from it unchecked; the caller
+  // must take at most 56 bits per refill. Near the end of the input, use the checked calls above
+  // instead.
   bool HasWindow() const { return b_.size() - pos_ >= 8; }
   void RefillWindow() {
     uint64_t next;
@@ -231,31 +221,39 @@ class BitReader {
     acc_ >>= nbits;
     fill_ -= nbits;
   }
-  // GetRice from a refilled window: false (nothing consumed) when the code is longer than the
-  // window or its quotient exceeds `limit`; the caller then uses GetRice.
-  bool GetRiceInWindow(int r, uint64_t limit, uint64_t* value) {
-    const int ones = std::countr_one(acc_);
-    const int total = ones + 1 + r;
-    if (total > fill_ || static_cast<uint64_t>(ones) > limit) return false;
-    *value = static_cast<uint64_t>(ones) << r | (((acc_ >> ones) >> 1) & ((1ull << r) - 1));
-    acc_ = total == 64 ? 0 : acc_ >> total;
-    fill_ -= total;
-    return true;
-  }
-  // GetRice, through the window where it can: what hot loops call.
+  // GetRice with the branch-free refill while 8 input bytes remain: what hot loops call.
   uint64_t GetRiceFast(int r, uint64_t limit) {
-    uint64_t value;
     if (HasWindow()) {
       RefillWindow();
-      if (GetRiceInWindow(r, limit, &value)) return value;
+    } else {
+      Refill();
     }
-    return GetRice(r, limit);
+    return GetRiceAfterRefill(r, limit);
   }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }
 
  private:
+  // A Rice code read from the window in one step when it lies wholly within the fill_ bits and
+  // its quotient is within `limit` (a run of ones reaching past fill_ fails the first test;
+  // bits above fill_ are input bits or zero), else unary then low bits, with their checks.
+  uint64_t GetRiceAfterRefill(int r, uint64_t limit) {
+    const int ones = std::countr_one(acc_);
+    const int total = ones + 1 + r;
+    if (total <= fill_ && static_cast<uint64_t>(ones) <= limit) {
+      const uint64_t low = ((acc_ >> ones) >> 1) & ((1ull << r) - 1);
+      acc_ = total == 64 ? 0 : acc_ >> total;
+      fill_ -= total;
+      return static_cast<uint64_t>(ones) << r | low;
+    }
+    return GetRiceInParts(r, limit);
+  }
+  // Out of line, so that the one-step read above inlines into hot loops.
+  [[gnu::noinline]] uint64_t GetRiceInParts(int r, uint64_t limit) {
+    const uint64_t q = GetUnary(limit);
+    return q << r | (r > 0 ? Get(r) : 0);
+  }
   // Tops the window up to at least 57 bits while input lasts: 8 bytes at once away from the end.
   void Refill() {
     if (fill_ <= 56 && b_.size() - pos_ >= 8) {

@@ -173,8 +173,8 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
     ASSERT_EQ(one_step, buf) << "PutRice differs from PutUnary then Put, rep " << rep;
     buf.resize(buf.size() - rng() % 3);  // sometimes cut short
     const uint64_t limit = rng() % 2 ? UINT64_MAX : rng() % 100;
-    // `window` reads as the hot decode loops do (GetRiceFast): the unchecked window while 8 bytes
-    // remain, GetRice for codes longer than the window and near the end.
+    // `window` reads as the hot decode loops do (GetRiceFast): the branch-free refill while 8
+    // bytes remain, the checked one near the end.
     BitReader fast(buf), slow(buf), window(buf);
     for (int i = 0; i < 60 && !slow.overrun(); ++i) {
       const uint64_t q = slow.GetUnary(limit);

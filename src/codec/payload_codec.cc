@@ -123,6 +123,12 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   ValueCodec val_codec = ValueCodec::kPlanesRaw;
   size_t loc_at = 0, val_at = 0;
   SectionCodec loc_codec = SectionCodec::kRaw;
+  auto locations = [&] {
+    mode = ChooseLocationCode();
+    loc_at = out->size();
+    loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+    return Status::Ok();
+  };
   // The sections are independent: where the location code is still to be made (context mode
   // possible), a second thread codes the values into their own buffer meanwhile. A plain-only
   // code was made segment by segment in AddChanges, and nothing here would overlap the values.
@@ -133,18 +139,11 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
           val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
           return Status::Ok();
         },
-        [&] {
-          mode = ChooseLocationCode();
-          loc_at = out->size();
-          loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
-          return Status::Ok();
-        });
+        locations);
     val_at = out->size();
     out->insert(out->end(), values_.begin(), values_.end());
   } else {
-    mode = ChooseLocationCode();
-    loc_at = out->size();
-    loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+    (void)locations();
     val_at = out->size();
     val_codec = EncodeValues(runs_, options_.zstd_level, out);
   }
