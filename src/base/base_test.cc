@@ -44,6 +44,33 @@ TEST(ParallelFor, RunsEveryItemOnceAndReportsTheLowestFailure) {
   EXPECT_EQ(s.message(), "item 3");
 }
 
+TEST(ParallelFor, KeepsItsThreadsAndTheirThreadLocalsBetweenCallsAndNests) {
+  // Each call's items meet, so every call really runs on 3 threads. A thread-local counter counts
+  // the calls each thread took part in: with kept helpers the same threads serve every call, so
+  // the counts of the last call reach the number of calls instead of restarting at 1.
+  constexpr int kCalls = 10;
+  std::vector<int> seen(3);
+  for (int call = 0; call < kCalls; ++call) {
+    std::atomic<int> started{0};
+    ASSERT_TRUE(ParallelFor(3, 3, [&](size_t i) {
+                  thread_local int calls_here = 0;
+                  seen[i] = ++calls_here;
+                  started++;
+                  while (started.load() < 3) std::this_thread::yield();
+                  return Status::Ok();
+                }).ok());
+  }
+  for (int v : seen) EXPECT_EQ(v, kCalls);
+  // Items may themselves run ParallelFor; the inner calls take further helpers.
+  std::vector<std::atomic<int>> hits(4 * 50);
+  ASSERT_TRUE(ParallelFor(4, 4, [&](size_t outer) {
+                return ParallelFor(50, 3, [&](size_t inner) { hits[outer * 50 + inner]++; return Status::Ok(); });
+              }).ok());
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_EQ(ParallelFor(6, 3, [](size_t i) { return i == 4 ? Corrupt("inner " + std::to_string(i)) : Status::Ok(); }).message(),
+            "inner 4");
+}
+
 TEST(ThreadsPerItem, SharesThreadsOnlyWhenItemsAreFewer) {
   EXPECT_EQ(ThreadsPerItem(1, 4), 4);
   EXPECT_EQ(ThreadsPerItem(3, 4), 1);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -13,36 +14,6 @@ namespace dcr {
 
 int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
-  if (threads <= 0) threads = HardwareThreads();
-  size_t workers = std::min<size_t>(static_cast<size_t>(threads), n);
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  size_t first_failed = n;
-  Status first_error;
-  auto run = [&] {
-    for (;;) {
-      size_t i = next.fetch_add(1);
-      if (i >= n || failed.load(std::memory_order_relaxed)) return;
-      Status s = fn(i);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        failed = true;
-        if (i < first_failed) first_failed = i, first_error = s;
-      }
-    }
-  };
-  if (workers <= 1) {
-    run();
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t t = 0; t < workers; ++t) pool.emplace_back(run);
-    for (auto& t : pool) t.join();
-  }
-  return first_error;
-}
-
 int ThreadsPerItem(size_t items, int threads) {
   if (threads <= 0) threads = HardwareThreads();
   return items == 0 || items >= static_cast<size_t>(threads) ? 1 : threads / static_cast<int>(items);
@@ -50,10 +21,11 @@ int ThreadsPerItem(size_t items, int threads) {
 
 namespace {
 
-// Threads that RunConcurrently hands its side task to. They wait for work between calls, so a call
-// costs two wake-ups instead of starting and joining a thread (tens of microseconds on some
-// machines, as much as decoding a small payload's value section). A helper serves one call at a
-// time; concurrent calls take other helpers, started as needed and kept.
+// Threads that ParallelFor and RunConcurrently hand work to. They wait for work between calls, so
+// a call costs two wake-ups instead of starting and joining a thread (tens of microseconds on
+// some machines, as much as decoding a small payload's value section), and what they keep in
+// thread-local buffers is reused instead of page-faulted in again. A helper serves one call at a
+// time; concurrent and nested calls take other helpers, started as needed and kept.
 class HelperPool {
  public:
   struct Helper {
@@ -108,24 +80,72 @@ class HelperPool {
   pid_t pid_ = ::getpid();
 };
 
+// Hands `task` to a helper: Start returns at once, Wait blocks until it has run.
+class HelperCall {
+ public:
+  explicit HelperCall(const std::function<Status()>* task) : h_(HelperPool::Get().Acquire()) {
+    {
+      std::lock_guard<std::mutex> lock(h_->mu);
+      h_->task = task;
+    }
+    h_->cv.notify_all();
+  }
+  HelperCall(const HelperCall&) = delete;
+  HelperCall& operator=(const HelperCall&) = delete;
+  Status Wait() {
+    Status s;
+    {
+      std::unique_lock<std::mutex> lock(h_->mu);
+      h_->cv.wait(lock, [this] { return h_->task == nullptr; });
+      s = std::move(h_->result);
+    }
+    HelperPool::Get().Release(h_);
+    return s;
+  }
+
+ private:
+  HelperPool::Helper* h_;
+};
+
 }  // namespace
 
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
+  if (threads <= 0) threads = HardwareThreads();
+  const size_t workers = std::min<size_t>(static_cast<size_t>(threads), n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  size_t first_failed = n;
+  Status first_error;
+  const std::function<Status()> run = [&] {
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= n || failed.load(std::memory_order_relaxed)) return Status::Ok();
+      Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        failed = true;
+        if (i < first_failed) first_failed = i, first_error = s;
+      }
+    }
+  };
+  if (workers > 1) {
+    // The calling thread is one of the workers; the others are kept helpers, so thread-local
+    // buffers (a decoder's scratch) survive from one call to the next.
+    std::vector<std::unique_ptr<HelperCall>> calls;
+    for (size_t t = 1; t < workers; ++t) calls.push_back(std::make_unique<HelperCall>(&run));
+    (void)run();
+    for (auto& c : calls) (void)c->Wait();
+  } else {
+    (void)run();
+  }
+  return first_error;
+}
+
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main) {
-  HelperPool& pool = HelperPool::Get();
-  HelperPool::Helper* h = pool.Acquire();
-  {
-    std::lock_guard<std::mutex> lock(h->mu);
-    h->task = &side;
-  }
-  h->cv.notify_all();
+  HelperCall call(&side);
   Status main_status = main();
-  Status side_status;
-  {
-    std::unique_lock<std::mutex> lock(h->mu);
-    h->cv.wait(lock, [h] { return h->task == nullptr; });
-    side_status = std::move(h->result);
-  }
-  pool.Release(h);
+  Status side_status = call.Wait();
   return side_status.ok() ? main_status : side_status;
 }
 

@@ -14,7 +14,8 @@ int HardwareThreads();
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0 = all hardware threads).
 // Returns the error of the lowest-numbered failing item; after a failure, items not yet
-// started are skipped.
+// started are skipped. The calling thread is one of the threads; the others are helpers kept
+// waiting between calls (as RunConcurrently's), so their thread-local variables persist.
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn);
 
 // Threads each of `items` parallel items may use itself when `threads` (0 = all hardware
