@@ -33,6 +33,10 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions);
 
+// Slots past a segment's last position that the decoder's walk may write (dropped before
+// DecodeBandedLocations returns).
+inline constexpr size_t kPositionSlack = 3;
+
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
 void ForcePortableBitDeposit(bool portable);
 
