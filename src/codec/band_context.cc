@@ -1,287 +1,19 @@
-// Compiled once per Highway target (foreach_target.h): the O(dense) walks over band masks run
-// with the target's SIMD and POPCNT; the HWY_ONCE part codes the O(changes) streams and
-// dispatches the walks.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "codec/band_context.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-
-#include <hwy/highway.h>
+// Banded context coding of locations (docs/format.md §2.7): the O(changes) streams; the O(dense)
+// walks over the old bits are band_walk.h's.
+#include "codec/band_context.h"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <bit>
 #include <vector>
 
-#include "codec/band_context.h"
-#include "codec/simd_masks-inl.h"
-#include "codec/simd_masks.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace dcr {
-namespace HWY_NAMESPACE {
-
-using BandWords = std::array<uint64_t, kMaxContextBands>;
-constexpr size_t kTileWords = kMaskTileElements / 64;
-
-// A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
-// (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
-// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band.
-struct TileRows {
-  uint64_t w[(kMaxContextBands + 1) * kTileWords];
-  size_t words = 0;
-  uint64_t Band(size_t b, size_t wd) const { return w[b * words + wd] & ~w[(b + 1) * words + wd]; }
-};
-
-// Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
-void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile, size_t tn,
-                  const ContextBands& bands, TileRows* rows) {
-  const size_t k = static_cast<size_t>(bands.k), words = (tn + 63) / 64;
-  rows->words = words;
-  for (size_t wd = 0; wd < words; ++wd) rows->w[wd] = ~uint64_t{0};
-  if (tn % 64 != 0) rows->w[words - 1] = (uint64_t{1} << (tn % 64)) - 1;
-  if (k > 1)
-    ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
-                              bands.t.data(), static_cast<int>(k) - 1, rows->w + words);
-  for (size_t wd = 0; wd < words; ++wd) rows->w[k * words + wd] = 0;
-}
-
-// The band of each class value.
-std::array<uint8_t, 256> BandTable(const ContextBands& bands) {
-  std::array<uint8_t, 256> band{};
-  for (uint32_t c = 0; c < 256; ++c) band[c] = static_cast<uint8_t>(bands.BandOf(c));
-  return band;
-}
-
-// Encoder state across tiles: per band, the elements before the tile, the ordinal a change would
-// take with gap 0, and where its next gap goes.
-struct EncodeCursor {
-  BandWords run{}, next{};
-  std::array<uint64_t*, kMaxContextBands> out{};
-};
-
-// One tile: per word and band, the band's elements in the tile before the word; then every change
-// of the tile takes its ordinal from those counts and one popcount, with no loop over words.
-template <typename U>
-const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
-                           size_t k, const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
-                           EncodeCursor* cur) {
-  uint16_t before[kMaxContextBands][kTileWords];
-  BandWords in_tile{};
-  for (size_t b = 0; b < k; ++b) {
-    const uint64_t* above = rows.w + b * rows.words;
-    const uint64_t* next = above + rows.words;
-    uint32_t count = 0;
-    for (size_t wd = 0; wd < rows.words; ++wd) {
-      before[b][wd] = static_cast<uint16_t>(count);
-      count += static_cast<uint32_t>(PopCount64(above[wd] & ~next[wd]));
-    }
-    in_tile[b] = count;
-  }
-  const uint64_t tile_end = tile + 64 * rows.words;
-  for (; pos != end && *pos < tile_end; ++pos) {
-    U v;
-    std::memcpy(&v, seg.base.data() + size_t{*pos} * sizeof(U), sizeof(U));
-    const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask)];
-    const uint64_t p = *pos - tile, wd = p >> 6;
-    const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
-    const uint64_t ordinal = cur->run[b] + before[b][wd] + static_cast<uint64_t>(PopCount64(below));
-    *cur->out[b]++ = ordinal - cur->next[b];
-    cur->next[b] = ordinal + 1;
-  }
-  for (size_t b = 0; b < k; ++b) cur->run[b] += in_tile[b];
-  return pos;
-}
-
-// Each band's gaps (in band ordinals): band b's go to gaps[offset[b]...] in position order.
-// *population = each band's population.
-void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
-  const size_t k = static_cast<size_t>(bands.k);
-  const std::array<uint8_t, 256> band_of = BandTable(bands);
-  EncodeCursor cur;
-  for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
-  TileRows rows;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
-    const uint64_t n = segs[s].base.size() / w;
-    const uint32_t* pos = positions[s].data();
-    const uint32_t* end = pos + positions[s].size();
-    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
-      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
-      switch (w) {
-        case 1: pos = EncodeTile<uint8_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
-        case 2: pos = EncodeTile<uint16_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
-        case 4: pos = EncodeTile<uint32_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
-        default: pos = EncodeTile<uint64_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
-      }
-    }
-  }
-  *population = cur.run;
-}
-
-// The (j+1)-th lowest set bit of `m` (which has more than j set bits), without BMI2: byte
-// populations by SWAR, their prefix sums by one multiply, then a table for the byte.
-int SelectBitPortable(uint64_t m, uint64_t j) {
-  static constexpr auto kInByte = [] {
-    std::array<std::array<uint8_t, 8>, 256> t{};
-    for (int v = 0; v < 256; ++v)
-      for (int i = 0, seen = 0; i < 8; ++i)
-        if (v >> i & 1) t[static_cast<size_t>(v)][static_cast<size_t>(seen++)] = static_cast<uint8_t>(i);
-    return t;
-  }();
-  uint64_t s = m - ((m >> 1) & 0x5555555555555555ull);
-  s = (s & 0x3333333333333333ull) + ((s >> 2) & 0x3333333333333333ull);
-  s = (s + (s >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  const uint64_t prefix = s * 0x0101010101010101ull;  // byte i: set bits in bytes 0..i
-  // Bytes whose prefix is <= j lie wholly before the wanted bit; they are the low bytes.
-  const uint64_t le = ((j * 0x0101010101010101ull) | 0x8080808080808080ull) - prefix;
-  const int byte = PopCount64(le & 0x8080808080808080ull);
-  const uint64_t before = byte == 0 ? 0 : (prefix >> (8 * byte - 8)) & 0xff;
-  return 8 * byte + kInByte[(m >> (8 * byte)) & 0xff][j - before];
-}
-
-// The bits of `bits` (low popcount(m) bits) placed at the set bits of `m`, in order: BMI2 pdep
-// where the CPU has a fast one.
-HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
-  if (fast_pdep) return _pdep_u64(bits, m);
-#else
-  (void)fast_pdep;
-#endif
-  uint64_t out = 0;
-  for (; bits != 0; bits &= bits - 1)
-    out |= uint64_t{1} << SelectBitPortable(m, static_cast<uint64_t>(__builtin_ctzll(bits)));
-  return out;
-}
-
-// A band with fewer than (tile words) / kSparseTileFactor changes in a tile places them one by
-// one (a binary search and a one-bit deposit each); more, and it deposits its bitmap word by word.
-constexpr uint64_t kSparseTileFactor = 4;
-
-// `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
-// at / 64 and at / 64 + 1.
-HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
-  const uint64_t* p = bitmap + (at >> 6);
-  const int o = static_cast<int>(at & 63);
-  const uint64_t v = (p[0] >> o) | ((p[1] << 1) << (63 - o));
-  return count == 64 ? v : v & ((uint64_t{1} << count) - 1);
-}
-
-// Places each band's changed ordinals at their positions. Band b's are ordinals[b][0, count[b])
-// (ascending) and, as a bitmap, bitmap[b] (bit o set iff ordinal o changed; allocated and zero
-// from the word after its last set bit through kTileWords + 1 more words). positions[s] must hold
-// expected[s] + kPositionSlack slots. Returns false if a segment would get more than expected[s];
-// *placed[b] = ordinals of band b placed (fewer than count[b] when an ordinal lies past the
-// band's population); *filled[s] = positions written to segment s.
-bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
-                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, const BandWords& count,
-                    bool fast_pdep, std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
-                    BandWords* placed, std::vector<uint64_t>* filled) {
-  // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
-  // changed elements, either one by one (few changes) or by depositing its slice of the ordinal
-  // bitmap onto its element mask word by word (branch-free); the tile bitmap then yields the
-  // tile's positions in ascending order.
-  const size_t k = static_cast<size_t>(bands.k);
-  BandWords run{};  // per band: population before the tile
-  *placed = BandWords{};
-  TileRows rows;
-  uint64_t hit[kTileWords];
-  bool ok = true;
-  for (size_t s = 0; s < segs.size() && ok; ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
-    const uint64_t n = segs[s].base.size() / w;
-    uint32_t* out = positions[s]->data();
-    uint64_t room = expected[s];
-    for (uint64_t tile = 0; tile < n && ok; tile += kMaskTileElements) {
-      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
-      const size_t words = rows.words;
-      for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
-      for (size_t b = 0; b < k; ++b) {
-        if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
-        // before[wd]: the band's members in the tile before word wd (wd <= words); 0xffff after.
-        uint16_t before[kTileWords + 1];
-        uint32_t members = 0;
-        for (size_t wd = 0; wd < words; ++wd) {
-          before[wd] = static_cast<uint16_t>(members);
-          members += static_cast<uint32_t>(PopCount64(rows.Band(b, wd)));
-        }
-        before[words] = static_cast<uint16_t>(members);
-        for (size_t wd = words + 1; wd <= kTileWords; ++wd) before[wd] = 0xffff;
-        const uint64_t r0 = run[b], end = r0 + members;
-        run[b] = end;
-        const uint64_t* ord = ordinals[b];
-        uint64_t p = (*placed)[b], q = p;  // the band's ordinals in this tile: [p, q)
-        while (q < count[b] && ord[q] < end) ++q;
-        if (q == p) continue;
-        (*placed)[b] = q;
-        if ((q - p) * kSparseTileFactor < words) {
-          // Few changes: find each one's word by binary search over `before`, then deposit its bit.
-          for (; p < q; ++p) {
-            const uint32_t local = static_cast<uint32_t>(ord[p] - r0);
-            size_t wd = 0;
-            for (size_t step = kTileWords / 2; step > 0; step >>= 1) wd += before[wd + step] <= local ? step : 0;
-            hit[wd] |= DepositBits(uint64_t{1} << (local - before[wd]), rows.Band(b, wd), fast_pdep);
-          }
-          continue;
-        }
-        for (size_t wd = 0; wd < words; ++wd) {
-          const uint64_t m = rows.Band(b, wd);
-          const int c = before[wd + 1] - before[wd];
-          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + before[wd], c), m, fast_pdep);
-        }
-      }
-      for (size_t wd = 0; wd < words; ++wd) {
-        uint64_t h = hit[wd];
-        if (h == 0) continue;
-        const uint64_t c = static_cast<uint64_t>(PopCount64(h));
-        if (c > room) {
-          ok = false;
-          break;
-        }
-        room -= c;
-        // Four slots per step, so that the loop's exit is predictable (one step for up to four
-        // changes in the word) where a step per set bit would mispredict once per word. Past the
-        // last set bit, bit 63 stands in; those slots are overwritten or lie in the slack.
-        const uint32_t at = static_cast<uint32_t>(tile + 64 * wd);
-        uint32_t* o = out;
-        do {
-          for (int u = 0; u < 4; ++u) {
-            o[u] = at + static_cast<uint32_t>(__builtin_ctzll(h | (uint64_t{1} << 63)));
-            h &= h - 1;
-          }
-          o += 4;
-        } while (h != 0);
-        out += c;
-      }
-    }
-    (*filled)[s] = expected[s] - room;
-  }
-  return ok;
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace dcr
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
+#include "base/thread_pool.h"
+#include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
+#include "codec/simd_masks.h"
 
 namespace dcr {
-
-HWY_EXPORT(EncodeBandWalk);
-HWY_EXPORT(DecodeBandWalk);
-
 namespace {
 
 // A per-thread buffer of at least n words, reused across payloads: a fresh buffer of this size
@@ -295,28 +27,11 @@ std::vector<uint64_t>& ScratchWords(uint64_t n) {
 // A tile's words: DecodeBandWalk reads up to this many plus one past a band bitmap's last set bit's word.
 constexpr uint64_t kTileWordsAfter = kMaskTileElements / 64;
 
-// Whether BMI2 pdep is fast: it is microcoded, at tens of cycles per mask bit, on AMD before
-// Zen 3 (family 0x19) and on Hygon; elsewhere on x86-64 with BMI2 it takes a few cycles.
-bool FastBitDeposit() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amd_like = (ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163) ||  // AuthenticAMD
-                        (ebx == 0x6f677948 && edx == 0x6e65476e && ecx == 0x656e6975);    // HygonGenuine
-  if (!amd_like) return true;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-  const unsigned base_family = (eax >> 8) & 0xf;
-  return base_family + (base_family == 0xf ? (eax >> 20) & 0xff : 0) >= 0x19;  // Hygon is 0x18
-#else
-  return false;
-#endif
-}
-
-std::atomic<bool> g_portable_deposit{false};
+std::atomic<uint64_t> g_split_walks{0}, g_split_fallbacks{0};
 
 }  // namespace
 
-void ForcePortableBitDeposit(bool portable) { g_portable_deposit.store(portable); }
+BandWalkSplitCounts GetBandWalkSplitCounts() { return {g_split_walks.load(), g_split_fallbacks.load()}; }
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out) {
@@ -325,7 +40,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
   std::array<uint64_t, kMaxContextBands> offset{}, population;
   for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
   std::vector<uint64_t>& gaps = ScratchWords(offset[kMaxContextBands - 1] + fit.changes[kMaxContextBands - 1]);
-  HWY_DYNAMIC_DISPATCH(EncodeBandWalk)(segs, positions, fit.bands, offset, gaps.data(), &population);
+  EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), &population);
 
   out->push_back(static_cast<uint8_t>(k));
   for (size_t i = 0; i + 1 < k; ++i) out->push_back(fit.bands.t[i]);
@@ -342,8 +57,85 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
   w.Flush();
 }
 
+namespace {
+
+// Where two threads split the decoder's walk: the first walks the elements before element `elem`
+// (a tile start) of segment `seg`, the second the rest.
+struct WalkSplit {
+  bool use = false;
+  size_t seg = 0;
+  uint64_t elem = 0;
+};
+
+WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_elements, int threads) {
+  WalkSplit split;
+  if (threads < 2 || total_elements < kSplitWalkMinElements) return split;
+  uint64_t before = 0;  // elements of the segments before s
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
+    if (before + n > total_elements / 2) {
+      split = {true, s, (total_elements / 2 - before) / kMaskTileElements * kMaskTileElements};
+      return split;
+    }
+    before += n;
+  }
+  return split;
+}
+
+// The walk in two parts on two threads, the second starting from `split_run` (each band's
+// population before the split). True only if both parts succeed and every count agrees, in
+// which case the positions are the serial walk's; otherwise the caller walks again serially,
+// for its errors.
+bool WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& bands, const WalkSplit& split,
+                    const BandWords& split_run, const std::array<const uint64_t*, kMaxContextBands>& ordinals,
+                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, const BandWords& count,
+                    std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
+  WalkPart first, second;
+  first.seg_end = split.seg + 1;
+  first.end_elem = split.elem;
+  uint64_t changes_before = 0;  // changed ordinals before the split, over all bands
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
+    first.limit[b] = static_cast<uint64_t>(std::lower_bound(ordinals[b], ordinals[b] + count[b], split_run[b]) - ordinals[b]);
+    changes_before += first.limit[b];
+  }
+  uint64_t seg_before = 0;  // positions of the segments before split.seg
+  for (size_t s = 0; s < split.seg; ++s) seg_before += expected[s];
+  if (changes_before < seg_before || changes_before - seg_before > expected[split.seg]) return false;
+  const uint64_t out_before = changes_before - seg_before;  // split.seg's positions before the split
+  second.from_seg = split.seg;
+  second.from_elem = split.elem;
+  second.seg_end = segs.size();
+  second.run = split_run;
+  second.placed = first.limit;
+  second.limit = count;
+  second.first_out = out_before;
+  std::vector<uint64_t> room_first(expected.begin(), expected.end()), room_second = room_first;
+  room_first[split.seg] = out_before;
+  room_second[split.seg] -= out_before;
+  std::vector<uint64_t> filled_first(segs.size(), 0), filled_second(segs.size(), 0);
+  bool ok_first = false, ok_second = false;
+  (void)RunConcurrently(
+      [&] {
+        ok_second = DecodeBandWalk(segs, bands, ordinals, bitmap, room_second, positions, &second, &filled_second);
+        return Status::Ok();
+      },
+      [&] {
+        ok_first = DecodeBandWalk(segs, bands, ordinals, bitmap, room_first, positions, &first, &filled_first);
+        return Status::Ok();
+      });
+  if (!ok_first || !ok_second || first.placed != first.limit || second.placed != count) return false;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const uint64_t want_first = s < split.seg ? expected[s] : s == split.seg ? out_before : 0;
+    if (filled_first[s] != want_first || filled_second[s] != expected[s] - want_first) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
-                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
+                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
+                             int threads) {
   uint64_t total_elements = 0, total_expected = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
@@ -377,43 +169,64 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
   std::array<uint64_t, kMaxContextBands> offset{};
   for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1];
-  BitReader bits(r.Rest());
-  for (size_t b = 0; b < kMaxContextBands; ++b)
-    if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, ordinals.data() + offset[b]))
-      return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-  if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
-
-  std::array<uint64_t, kMaxContextBands + 1> map_at{};
-  for (size_t b = 0; b < kMaxContextBands; ++b)
-    map_at[b + 1] = map_at[b] + (count[b] == 0 ? 0 : (ordinals[offset[b] + count[b] - 1] >> 6) + kTileWordsAfter + 2);
   thread_local std::vector<uint64_t> bitmaps;
-  if (bitmaps.size() < map_at[kMaxContextBands]) bitmaps.resize(map_at[kMaxContextBands]);
-  std::fill_n(bitmaps.begin(), map_at[kMaxContextBands], 0);
   std::array<const uint64_t*, kMaxContextBands> band_ordinals, band_bitmap;
-  for (size_t b = 0; b < kMaxContextBands; ++b) {
-    uint64_t* map = bitmaps.data() + map_at[b];
-    for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) map[ordinals[i] >> 6] |= uint64_t{1} << (ordinals[i] & 63);
-    band_ordinals[b] = ordinals.data() + offset[b];
-    band_bitmap[b] = map;
+  auto read_ordinals = [&] {
+    BitReader bits(r.Rest());
+    for (size_t b = 0; b < kMaxContextBands; ++b)
+      if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, ordinals.data() + offset[b]))
+        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
+    if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
+    std::array<uint64_t, kMaxContextBands + 1> map_at{};
+    for (size_t b = 0; b < kMaxContextBands; ++b)
+      map_at[b + 1] = map_at[b] + (count[b] == 0 ? 0 : (ordinals[offset[b] + count[b] - 1] >> 6) + kTileWordsAfter + 2);
+    if (bitmaps.size() < map_at[kMaxContextBands]) bitmaps.resize(map_at[kMaxContextBands]);
+    std::fill_n(bitmaps.begin(), map_at[kMaxContextBands], 0);
+    for (size_t b = 0; b < kMaxContextBands; ++b) {
+      uint64_t* map = bitmaps.data() + map_at[b];
+      for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) map[ordinals[i] >> 6] |= uint64_t{1} << (ordinals[i] & 63);
+      band_ordinals[b] = ordinals.data() + offset[b];
+      band_bitmap[b] = map;
+    }
+    return Status::Ok();
+  };
+  // With a second thread, it counts the band populations before the split (which needs only the
+  // old bits) while this one reads the ordinals; then each walks one part.
+  const WalkSplit split = ChooseWalkSplit(segs, total_elements, threads);
+  BandWords split_run{};
+  if (split.use) {
+    DCR_RETURN_IF_ERROR(RunConcurrently(
+        [&] {
+          CountBandPopulations(segs, bands, split.seg, split.elem, &split_run);
+          return Status::Ok();
+        },
+        read_ordinals));
+  } else {
+    DCR_RETURN_IF_ERROR(read_ordinals());
   }
 
-  for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s] + kPositionSlack);
-  std::array<uint64_t, kMaxContextBands> placed;
-  std::vector<uint64_t> filled(segs.size(), 0);
-  static const bool fast_cpu = FastBitDeposit();
-  const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
-  const bool walked = HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, band_ordinals, band_bitmap, count, fast_pdep,
-                                                            expected, positions, &placed, &filled);
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  if (!walked) return Corrupt("banded context code: a segment has more changes than its table entry");
-  for (size_t b = 0; b < k8; ++b)
-    if (placed[b] != count[b])
-      return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
-  for (size_t s = 0; s < segs.size(); ++s)
-    if (filled[s] != expected[s])
-      return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
+  bool walked = split.use && WalkInTwoParts(segs, bands, split, split_run, band_ordinals, band_bitmap, count, expected,
+                                            positions);
+  if (split.use) {
+    g_split_walks.fetch_add(1, std::memory_order_relaxed);
+    if (!walked) g_split_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  }
+  WalkPart all;
+  all.seg_end = segs.size();
+  all.limit = count;
+  std::vector<uint64_t> filled(segs.size(), 0);
+  if (!walked) {  // serially, and for a failed split walk's error
+    walked = DecodeBandWalk(segs, bands, band_ordinals, band_bitmap, expected, positions, &all, &filled);
+    if (!walked) return Corrupt("banded context code: a segment has more changes than its table entry");
+    for (size_t b = 0; b < k8; ++b)
+      if (all.placed[b] != count[b])
+        return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
+    for (size_t s = 0; s < segs.size(); ++s)
+      if (filled[s] != expected[s])
+        return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
+  }
   return Status::Ok();
 }
 
 }  // namespace dcr
-#endif  // HWY_ONCE

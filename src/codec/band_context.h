@@ -29,15 +29,22 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
-// sum of `expected`.
+// sum of `expected`. With threads >= 2 and at least kSplitWalkMinElements elements, the O(dense)
+// walk is split between two threads; positions and errors are the same as with one.
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
-                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions);
+                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
+                             int threads = 1);
 
-// Slots past a segment's last position that the decoder's walk may write (dropped before
-// DecodeBandedLocations returns).
-inline constexpr size_t kPositionSlack = 3;
+// Decodes that split the walk between two threads since the process started, and of those the
+// ones whose parts disagreed (damaged input) and were walked again on one thread.
+struct BandWalkSplitCounts {
+  uint64_t splits = 0, fallbacks = 0;
+};
+BandWalkSplitCounts GetBandWalkSplitCounts();
 
-// For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
-void ForcePortableBitDeposit(bool portable);
+// Payloads with fewer elements decode on one thread: the hand-offs would cost more than half
+// the walk.
+inline constexpr uint64_t kSplitWalkMinElements = 256 * 1024;
+
 
 }  // namespace dcr

@@ -4,6 +4,7 @@
 // forms and decodes identically; without a base the payload is kUnsupported; against a different
 // base it never crashes and never addresses elements outside its segments; hostile class tables
 // are kCorrupt.
+#include "codec/band_walk.h"
 #include "codec/context_test_support.h"
 #include "codec/simd_masks.h"
 
@@ -281,6 +282,58 @@ TEST(ConcurrentDecode, TwoThreadsGiveTheSameChangesAndTheSameErrorsAsOne) {
       }
     }
     EXPECT_GE(refused, 15) << what;
+  }
+}
+
+// The context decoder's O(dense) walk split between two threads, at a point inside the first
+// segment, inside a later one and on a segment boundary, with few and many changes: the same
+// changes as one thread, and under damage to the location section the same status and message.
+// Valid payloads must not need the one-thread retry.
+TEST(ConcurrentDecode, TheContextWalkSplitAnywhereGivesTheSameChangesAndErrorsAsOne) {
+  struct Seg {
+    DType dtype;
+    uint64_t n;
+    double density;
+  };
+  const std::vector<std::vector<Seg>> layouts = {
+      {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},                                // split in segment 1
+      {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},                              // on the boundary
+      {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},     // segment 1 of 3
+      {{DType::kBF16, 280000, 0.2}}};                                                             // one segment
+  std::mt19937_64 rng(77);
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    World w;
+    std::vector<SegmentSpec> specs;
+    for (size_t i = 0; i < layouts[l].size(); ++i) {
+      const Seg& g = layouts[l][i];
+      w.Add(static_cast<uint32_t>(i + 1), g.dtype, g.n, rng, 0, g.n, g.density);
+      specs.push_back({static_cast<uint32_t>(i + 1), g.dtype, ValueKind::kXor, 0, g.n});
+    }
+    const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
+    const std::string what = "layout " + std::to_string(l);
+    const BandWalkSplitCounts before = GetBandWalkSplitCounts();
+    DecodedPayload one, two;
+    ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
+    ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
+    const BandWalkSplitCounts after = GetBandWalkSplitCounts();
+    EXPECT_EQ(after.splits, before.splits + 1) << what << ": the two-thread decode must split the walk";
+    EXPECT_EQ(after.fallbacks, before.fallbacks) << what << ": a valid payload's parts must agree";
+    ExpectSameSegments(one, two, what);
+    ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
+
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(p, &layout).ok());
+    const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
+    for (int i = 0; i < 30; ++i) {
+      std::vector<uint8_t> q = p;
+      q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      Resign(q);
+      DecodedPayload a, b;
+      const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
+      ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
+      ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
+      if (sa.ok()) ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
+    }
   }
 }
 

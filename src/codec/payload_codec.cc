@@ -288,11 +288,12 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
 }
 
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
-                       std::span<std::vector<uint32_t>* const> position_outs) {
+                       std::span<std::vector<uint32_t>* const> position_outs, int threads) {
   if (layout.mode == CodecMode::kContext)
     return DecodeContextLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
   if (layout.mode == CodecMode::kContextBands)
-    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
+    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs, threads)
+        .WithContext("payload location section");
   std::span<const uint8_t> loc_rest = in.loc;
   for (size_t i = 0; i < layout.segments.size(); ++i) {
     size_t used = 0;
@@ -341,10 +342,10 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   if (threads == 0) threads = HardwareThreads();
   if (threads < 2 || changed < kConcurrentSectionsMinChanges) {
     DCR_RETURN_IF_ERROR(values());
-    return DecodeLocations(layout, in, position_outs);
+    return DecodeLocations(layout, in, position_outs, threads);
   }
   // The sections are independent: a second thread decodes the values.
-  return RunConcurrently(values, [&] { return DecodeLocations(layout, in, position_outs); });
+  return RunConcurrently(values, [&] { return DecodeLocations(layout, in, position_outs, threads); });
 }
 
 bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {

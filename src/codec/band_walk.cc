@@ -1,0 +1,349 @@
+// Compiled once per Highway target (foreach_target.h): the O(dense) walks over band masks run
+// with the target's SIMD and POPCNT; the HWY_ONCE part dispatches them.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "codec/band_walk.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <vector>
+
+#include "codec/band_walk.h"
+#include "codec/simd_masks-inl.h"
+#include "codec/simd_masks.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+
+constexpr size_t kTileWords = kMaskTileElements / 64;
+
+// A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
+// (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
+// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band.
+struct TileRows {
+  uint64_t w[(kMaxContextBands + 1) * kTileWords];
+  size_t words = 0;
+  uint64_t Band(size_t b, size_t wd) const { return w[b * words + wd] & ~w[(b + 1) * words + wd]; }
+};
+
+// Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
+void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile, size_t tn,
+                  const ContextBands& bands, TileRows* rows) {
+  const size_t k = static_cast<size_t>(bands.k), words = (tn + 63) / 64;
+  rows->words = words;
+  for (size_t wd = 0; wd < words; ++wd) rows->w[wd] = ~uint64_t{0};
+  if (tn % 64 != 0) rows->w[words - 1] = (uint64_t{1} << (tn % 64)) - 1;
+  if (k > 1)
+    ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
+                              bands.t.data(), static_cast<int>(k) - 1, rows->w + words);
+  for (size_t wd = 0; wd < words; ++wd) rows->w[k * words + wd] = 0;
+}
+
+// The band of each class value.
+std::array<uint8_t, 256> BandTable(const ContextBands& bands) {
+  std::array<uint8_t, 256> band{};
+  for (uint32_t c = 0; c < 256; ++c) band[c] = static_cast<uint8_t>(bands.BandOf(c));
+  return band;
+}
+
+// Encoder state across tiles: per band, the elements before the tile, the ordinal a change would
+// take with gap 0, and where its next gap goes.
+struct EncodeCursor {
+  BandWords run{}, next{};
+  std::array<uint64_t*, kMaxContextBands> out{};
+};
+
+// One tile: per word and band, the band's elements in the tile before the word; then every change
+// of the tile takes its ordinal from those counts and one popcount, with no loop over words.
+template <typename U>
+const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
+                           size_t k, const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
+                           EncodeCursor* cur) {
+  uint16_t before[kMaxContextBands][kTileWords];
+  BandWords in_tile{};
+  for (size_t b = 0; b < k; ++b) {
+    const uint64_t* above = rows.w + b * rows.words;
+    const uint64_t* next = above + rows.words;
+    uint32_t count = 0;
+    for (size_t wd = 0; wd < rows.words; ++wd) {
+      before[b][wd] = static_cast<uint16_t>(count);
+      count += static_cast<uint32_t>(PopCount64(above[wd] & ~next[wd]));
+    }
+    in_tile[b] = count;
+  }
+  const uint64_t tile_end = tile + 64 * rows.words;
+  for (; pos != end && *pos < tile_end; ++pos) {
+    U v;
+    std::memcpy(&v, seg.base.data() + size_t{*pos} * sizeof(U), sizeof(U));
+    const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask)];
+    const uint64_t p = *pos - tile, wd = p >> 6;
+    const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
+    const uint64_t ordinal = cur->run[b] + before[b][wd] + static_cast<uint64_t>(PopCount64(below));
+    *cur->out[b]++ = ordinal - cur->next[b];
+    cur->next[b] = ordinal + 1;
+  }
+  for (size_t b = 0; b < k; ++b) cur->run[b] += in_tile[b];
+  return pos;
+}
+
+// Each band's gaps (in band ordinals): band b's go to gaps[offset[b]...] in position order.
+// *population = each band's population.
+void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
+  const size_t k = static_cast<size_t>(bands.k);
+  const std::array<uint8_t, 256> band_of = BandTable(bands);
+  EncodeCursor cur;
+  for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
+  TileRows rows;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const ContextClassFn f = ContextClassFor(segs[s].dtype);
+    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const uint64_t n = segs[s].base.size() / w;
+    const uint32_t* pos = positions[s].data();
+    const uint32_t* end = pos + positions[s].size();
+    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
+      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      switch (w) {
+        case 1: pos = EncodeTile<uint8_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        case 2: pos = EncodeTile<uint16_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        case 4: pos = EncodeTile<uint32_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+        default: pos = EncodeTile<uint64_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
+      }
+    }
+  }
+  *population = cur.run;
+}
+
+// The (j+1)-th lowest set bit of `m` (which has more than j set bits), without BMI2: byte
+// populations by SWAR, their prefix sums by one multiply, then a table for the byte.
+int SelectBitPortable(uint64_t m, uint64_t j) {
+  static constexpr auto kInByte = [] {
+    std::array<std::array<uint8_t, 8>, 256> t{};
+    for (int v = 0; v < 256; ++v)
+      for (int i = 0, seen = 0; i < 8; ++i)
+        if (v >> i & 1) t[static_cast<size_t>(v)][static_cast<size_t>(seen++)] = static_cast<uint8_t>(i);
+    return t;
+  }();
+  uint64_t s = m - ((m >> 1) & 0x5555555555555555ull);
+  s = (s & 0x3333333333333333ull) + ((s >> 2) & 0x3333333333333333ull);
+  s = (s + (s >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  const uint64_t prefix = s * 0x0101010101010101ull;  // byte i: set bits in bytes 0..i
+  // Bytes whose prefix is <= j lie wholly before the wanted bit; they are the low bytes.
+  const uint64_t le = ((j * 0x0101010101010101ull) | 0x8080808080808080ull) - prefix;
+  const int byte = PopCount64(le & 0x8080808080808080ull);
+  const uint64_t before = byte == 0 ? 0 : (prefix >> (8 * byte - 8)) & 0xff;
+  return 8 * byte + kInByte[(m >> (8 * byte)) & 0xff][j - before];
+}
+
+// The bits of `bits` (low popcount(m) bits) placed at the set bits of `m`, in order: BMI2 pdep
+// where the CPU has a fast one.
+HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // these targets guarantee BMI2
+  if (fast_pdep) return _pdep_u64(bits, m);
+#else
+  (void)fast_pdep;
+#endif
+  uint64_t out = 0;
+  for (; bits != 0; bits &= bits - 1)
+    out |= uint64_t{1} << SelectBitPortable(m, static_cast<uint64_t>(__builtin_ctzll(bits)));
+  return out;
+}
+
+// A band with fewer than (tile words) / kSparseTileFactor changes in a tile places them one by
+// one (a binary search and a one-bit deposit each); more, and it deposits its bitmap word by word.
+constexpr uint64_t kSparseTileFactor = 4;
+
+// `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
+// at / 64 and at / 64 + 1.
+HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
+  const uint64_t* p = bitmap + (at >> 6);
+  const int o = static_cast<int>(at & 63);
+  const uint64_t v = (p[0] >> o) | ((p[1] << 1) << (63 - o));
+  return count == 64 ? v : v & ((uint64_t{1} << count) - 1);
+}
+
+// DecodeBandWalk of band_walk.h, for this target.
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
+                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, bool fast_pdep,
+                    std::span<const uint64_t> room_of, std::span<std::vector<uint32_t>* const> positions, WalkPart* part,
+                    std::vector<uint64_t>* filled) {
+  // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
+  // changed elements, either one by one (few changes) or by depositing its slice of the ordinal
+  // bitmap onto its element mask word by word (branch-free); the tile bitmap then yields the
+  // tile's positions in ascending order.
+  const size_t k = static_cast<size_t>(bands.k);
+  BandWords& run = part->run;  // per band: population before the tile
+  BandWords* placed = &part->placed;
+  const BandWords& count = part->limit;
+  TileRows rows;
+  uint64_t hit[kTileWords];
+  bool ok = true;
+  for (size_t s = part->from_seg; s < part->seg_end && ok; ++s) {
+    const ContextClassFn f = ContextClassFor(segs[s].dtype);
+    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const uint64_t n = s + 1 == part->seg_end ? std::min(segs[s].base.size() / w, part->end_elem) : segs[s].base.size() / w;
+    uint32_t* out = positions[s]->data() + (s == part->from_seg ? part->first_out : 0);
+    uint64_t room = room_of[s];
+    for (uint64_t tile = s == part->from_seg ? part->from_elem : 0; tile < n && ok; tile += kMaskTileElements) {
+      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      const size_t words = rows.words;
+      for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
+      for (size_t b = 0; b < k; ++b) {
+        if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
+        // before[wd]: the band's members in the tile before word wd (wd <= words); 0xffff after.
+        uint16_t before[kTileWords + 1];
+        uint32_t members = 0;
+        for (size_t wd = 0; wd < words; ++wd) {
+          before[wd] = static_cast<uint16_t>(members);
+          members += static_cast<uint32_t>(PopCount64(rows.Band(b, wd)));
+        }
+        before[words] = static_cast<uint16_t>(members);
+        for (size_t wd = words + 1; wd <= kTileWords; ++wd) before[wd] = 0xffff;
+        const uint64_t r0 = run[b], end = r0 + members;
+        run[b] = end;
+        const uint64_t* ord = ordinals[b];
+        uint64_t p = (*placed)[b], q = p;  // the band's ordinals in this tile: [p, q)
+        while (q < count[b] && ord[q] < end) ++q;
+        if (q == p) continue;
+        (*placed)[b] = q;
+        if ((q - p) * kSparseTileFactor < words) {
+          // Few changes: find each one's word by binary search over `before`, then deposit its bit.
+          for (; p < q; ++p) {
+            const uint32_t local = static_cast<uint32_t>(ord[p] - r0);
+            size_t wd = 0;
+            for (size_t step = kTileWords / 2; step > 0; step >>= 1) wd += before[wd + step] <= local ? step : 0;
+            hit[wd] |= DepositBits(uint64_t{1} << (local - before[wd]), rows.Band(b, wd), fast_pdep);
+          }
+          continue;
+        }
+        for (size_t wd = 0; wd < words; ++wd) {
+          const uint64_t m = rows.Band(b, wd);
+          const int c = before[wd + 1] - before[wd];
+          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + before[wd], c), m, fast_pdep);
+        }
+      }
+      for (size_t wd = 0; wd < words; ++wd) {
+        uint64_t h = hit[wd];
+        if (h == 0) continue;
+        const uint64_t c = static_cast<uint64_t>(PopCount64(h));
+        if (c > room) {
+          ok = false;
+          break;
+        }
+        room -= c;
+        const uint32_t at = static_cast<uint32_t>(tile + 64 * wd);
+        if (room >= 3) {
+          // Four slots per step, so that the loop's exit is predictable (one step for up to four
+          // changes in the word) where a step per set bit would mispredict once per word. Past
+          // the last set bit, bit 63 stands in: up to three slots of the segment's room are
+          // written early and overwritten later. Never past the room: another part's positions
+          // may follow it.
+          uint32_t* o = out;
+          do {
+            for (int u = 0; u < 4; ++u) {
+              o[u] = at + static_cast<uint32_t>(__builtin_ctzll(h | (uint64_t{1} << 63)));
+              h &= h - 1;
+            }
+            o += 4;
+          } while (h != 0);
+          out += c;
+        } else {
+          for (; h != 0; h &= h - 1) *out++ = at + static_cast<uint32_t>(__builtin_ctzll(h));
+        }
+      }
+    }
+    (*filled)[s] = room_of[s] - room;
+  }
+  return ok;
+}
+
+// Each band's population among the elements before element `end_elem` of segment `seg` (all of
+// the segments before it, and the first end_elem elements of seg; end_elem a tile start).
+void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
+                          BandWords* population) {
+  const size_t k = static_cast<size_t>(bands.k);
+  std::array<uint64_t, kMaxContextBands + 1> at_least{};  // [r]: elements in row r of their tiles
+  TileRows rows;
+  for (size_t s = 0; s <= seg && s < segs.size(); ++s) {
+    const ContextClassFn f = ContextClassFor(segs[s].dtype);
+    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const uint64_t n = s == seg ? std::min(segs[s].base.size() / w, end_elem) : segs[s].base.size() / w;
+    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
+      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      at_least[0] += tn;
+      for (size_t r = 1; r < k; ++r)
+        for (size_t wd = 0; wd < rows.words; ++wd) at_least[r] += static_cast<uint64_t>(PopCount64(rows.w[r * rows.words + wd]));
+    }
+  }
+  for (size_t b = 0; b < kMaxContextBands; ++b) (*population)[b] = b < k ? at_least[b] - at_least[b + 1] : 0;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace dcr {
+
+HWY_EXPORT(EncodeBandWalk);
+HWY_EXPORT(DecodeBandWalk);
+HWY_EXPORT(CountBandPopulations);
+
+namespace {
+
+// Whether BMI2 pdep is fast: it is microcoded, at tens of cycles per mask bit, on AMD before
+// Zen 3 (family 0x19) and on Hygon; elsewhere on x86-64 with BMI2 it takes a few cycles.
+bool FastBitDeposit() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amd_like = (ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163) ||  // AuthenticAMD
+                        (ebx == 0x6f677948 && edx == 0x6e65476e && ecx == 0x656e6975);    // HygonGenuine
+  if (!amd_like) return true;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned base_family = (eax >> 8) & 0xf;
+  return base_family + (base_family == 0xf ? (eax >> 20) & 0xff : 0) >= 0x19;  // Hygon is 0x18
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_portable_deposit{false};
+
+}  // namespace
+
+void ForcePortableBitDeposit(bool portable) { g_portable_deposit.store(portable); }
+
+void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
+  HWY_DYNAMIC_DISPATCH(EncodeBandWalk)(segs, positions, bands, offset, gaps, population);
+}
+
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
+                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, std::span<const uint64_t> room,
+                    std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+  static const bool fast_cpu = FastBitDeposit();
+  const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
+  return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, bitmap, fast_pdep, room, positions, part, filled);
+}
+
+void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
+                          BandWords* population) {
+  HWY_DYNAMIC_DISPATCH(CountBandPopulations)(segs, bands, seg, end_elem, population);
+}
+
+}  // namespace dcr
+#endif  // HWY_ONCE

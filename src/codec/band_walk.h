@@ -1,0 +1,60 @@
+// The O(dense) walks of banded context coding (band_context.h) over the old bits, compiled per
+// SIMD target (band_walk.cc) and dispatched at run time. A tile is kMaskTileElements elements of
+// one segment; band membership of 64 elements is a few SIMD compares (simd_masks.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/band_fit.h"
+#include "codec/context_coding.h"
+
+namespace dcr {
+
+using BandWords = std::array<uint64_t, kMaxContextBands>;
+
+// Encoder: each band's gaps (in band ordinals) of the changed positions (positions[s] ascending,
+// relative to segment s): band b's go to gaps[offset[b]...] in position order. *population =
+// each band's population.
+void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population);
+
+// A run of consecutive tiles of the payload for DecodeBandWalk: from element `from_elem` (a tile
+// start) of segment `from_seg` through segment `seg_end` - 1, of which only the elements before
+// `end_elem` (when smaller than its size). The serial walk is one part covering everything; two
+// threads each walk one part.
+struct WalkPart {
+  size_t from_seg = 0, seg_end = 0;
+  uint64_t from_elem = 0, end_elem = ~uint64_t{0};
+  BandWords run{};     // each band's population before the part
+  BandWords placed{};  // each band's ordinals placed before the part; on return, through its end
+  BandWords limit{};   // the part places band b's ordinals with an index below limit[b] only
+  uint64_t first_out = 0;  // positions of segment from_seg written before the part
+};
+
+// Decoder: places each band's changed ordinals at their positions, for the tiles of `part`.
+// Band b's are ordinals[b][0, count) (ascending) and, as a bitmap, bitmap[b] (bit o set iff
+// ordinal o changed; allocated and zero from the word after its last set bit through
+// kMaskTileElements / 64 + 1 more words). Segment s receives at most room[s] positions, written
+// from positions[s][first_out] for the part's first segment and from positions[s][0] for the
+// others, never past that room. Returns false if a segment would get more than room[s];
+// part->placed[b] = ordinals of band b placed through the part (fewer than limit[b] at the
+// payload's end when an ordinal lies past the band's population); *filled[s] = positions the
+// part wrote to segment s. Parts write disjoint positions, so two threads may walk two parts at
+// once.
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
+                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, std::span<const uint64_t> room,
+                    std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled);
+
+// Each band's population among the elements before element `end_elem` (a tile start) of segment
+// `seg`: all of the segments before it and the first end_elem elements of seg.
+void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
+                          BandWords* population);
+
+// For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
+void ForcePortableBitDeposit(bool portable);
+
+}  // namespace dcr
