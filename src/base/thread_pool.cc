@@ -40,7 +40,7 @@ bool SpinUntil(F&& ready) {
 }
 
 // Threads that ParallelFor and RunConcurrently hand work to. They wait for work between calls, so
-// a call costs two wake-ups instead of starting and joining a thread (tens of microseconds on
+// a call costs at most two wake-ups instead of starting and joining a thread (tens of microseconds on
 // some machines, as much as decoding a small payload's value section), and what they keep in
 // thread-local buffers is reused instead of page-faulted in again. A helper serves one call at a
 // time; concurrent and nested calls take other helpers, started as needed and kept.
@@ -104,7 +104,7 @@ class HelperPool {
   pid_t pid_ = ::getpid();
 };
 
-// Hands `task` to a helper: Start returns at once, Wait blocks until it has run.
+// Hands `task` to a helper when constructed; Wait returns its status once it has run.
 class HelperCall {
  public:
   explicit HelperCall(const std::function<Status()>* task) : h_(HelperPool::Get().Acquire()) {
