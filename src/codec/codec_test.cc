@@ -327,6 +327,38 @@ TEST(DiffElements, FindsExactlyTheChangedElementsAtEveryWidthAndLength) {
   }
 }
 
+TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
+  // Runs of kDiffChunkElements: every run with changes is handed over once, in order, with
+  // exactly its changes; a run without changes is skipped. The element count leaves a partial
+  // last run.
+  std::mt19937_64 rng(9);
+  const size_t n = 5 * kDiffChunkElements + 1234;
+  std::vector<uint8_t> a(n * 2), b;
+  for (auto& x : a) x = static_cast<uint8_t>(rng());
+  b = a;
+  for (size_t i = 0; i < n; ++i) {
+    const bool quiet_run = i / kDiffChunkElements == 2;  // run 2 has no changes
+    if (!quiet_run && rng() % 50 == 0) b[i * 2] ^= 1;
+  }
+  ChangeSet plain, chunked;
+  DiffElements(a, b, 2, ValueKind::kXor, &plain);
+  std::vector<std::vector<uint32_t>> runs;
+  DiffElements(a, b, 2, ValueKind::kXor, &chunked,
+               [&](std::span<const uint32_t> pos) { runs.emplace_back(pos.begin(), pos.end()); });
+  EXPECT_EQ(chunked.positions, plain.positions);
+  EXPECT_EQ(chunked.values, plain.values);
+  ASSERT_EQ(runs.size(), 5u);  // runs 0, 1, 3, 4 and the partial run 5; not run 2
+  std::vector<uint32_t> joined;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    ASSERT_FALSE(runs[r].empty());
+    const uint32_t run = runs[r].front() / kDiffChunkElements;
+    EXPECT_EQ(run, r < 2 ? r : r + 1);
+    for (uint32_t p : runs[r]) EXPECT_EQ(p / kDiffChunkElements, run);
+    joined.insert(joined.end(), runs[r].begin(), runs[r].end());
+  }
+  EXPECT_EQ(joined, plain.positions);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Location coding
 

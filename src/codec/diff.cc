@@ -14,13 +14,20 @@ namespace {
 // step: a loop whose exit is predictable where a loop per set bit would mispredict once per word.
 // Steps past the last set bit write into kSlack spare slots, trimmed at the end.
 template <typename U>
-void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out) {
+void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
+               const DiffChunkFn& on_chunk) {
+  static_assert(kDiffChunkElements % kMaskTileElements == 0);
   constexpr size_t kSlack = 3;
   uint64_t masks[kMaskTileElements / 64];
   const bool is_xor = kind == ValueKind::kXor;
   size_t have = 0;  // changes found so far; the vectors hold kSlack more while tiles are walked
+  size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
   for (size_t tile = 0; tile < count; tile += kMaskTileElements) {
     const size_t tn = std::min(kMaskTileElements, count - tile);
+    if (on_chunk && tile % kDiffChunkElements == 0 && have > chunk_from) {
+      on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
+      chunk_from = have;
+    }
     const uint8_t* b = base + tile * sizeof(U);
     const uint8_t* x = next + tile * sizeof(U);
     const size_t differ = DifferMasks(b, x, sizeof(U), tn, masks);
@@ -52,22 +59,23 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   }
   out->positions.resize(have);
   out->values.resize(have * sizeof(U));
+  if (on_chunk && have > chunk_from) on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
 }
 
 }  // namespace
 
 void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
-                  ValueKind kind, ChangeSet* out) {
+                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk) {
   DCR_CHECK(base.size() == next.size() && base.size() % width == 0);
   size_t count = base.size() / width;
   DCR_CHECK(count <= UINT32_MAX);
   out->width = width;
   out->Clear();
   switch (width) {
-    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, kind, out);
-    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, kind, out);
-    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, kind, out);
-    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, kind, out);
+    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, kind, out, on_chunk);
+    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, kind, out, on_chunk);
+    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, kind, out, on_chunk);
+    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, kind, out, on_chunk);
   }
   Fatal(__FILE__, __LINE__, "unsupported element width " + std::to_string(width));
 }

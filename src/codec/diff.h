@@ -3,7 +3,9 @@
 // both be wrong here).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -28,8 +30,15 @@ struct ChangeSet {
   }
 };
 
+// Called by DiffElements after each run of kDiffChunkElements elements that has changes (and
+// after the last run) with that run's positions, a view into the ChangeSet being filled that is
+// valid during the call. The run's bytes are then still in cache, so per-change work on the old
+// and new bits (the state digest) reads them cheaply; after a whole large segment it would miss.
+using DiffChunkFn = std::function<void(std::span<const uint32_t> positions)>;
+inline constexpr size_t kDiffChunkElements = 64 * 1024;
+
 // Scans base vs next (both `count` elements of `width` bytes, count < 2^32) and fills `out`.
 void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
-                  ValueKind kind, ChangeSet* out);
+                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk = {});
 
 }  // namespace dcr

@@ -35,8 +35,8 @@ uint64_t DecodedPayload::changed() const {
 }
 
 uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base,
-                                 std::span<const uint8_t> next) {
-  DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_);
+                                 std::span<const uint8_t> next, const DiffChunkFn& on_chunk) {
+  DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, on_chunk);
   if (changes_.size() > 0) AddChanges(spec, changes_, base);
   return changes_.size();
 }

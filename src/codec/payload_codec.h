@@ -85,13 +85,12 @@ class PayloadBuilder {
 
   // Diffs base vs next (the segment's bytes in both) and adds the segment if anything changed.
   // Returns the number of changed elements. Unless context is kNever, `base` must stay valid until
-  // Finish.
-  uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next);
+  // Finish. on_chunk: as for DiffElements.
+  uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next,
+                   const DiffChunkFn& on_chunk = {});
   // Adds a segment from an already computed, non-empty change set. `base` (the segment's old
   // bytes) is needed unless context is kNever; it must stay valid until Finish.
   void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {});
-  // The change set of the last AddDiff (valid until the next Add*).
-  const ChangeSet& last_changes() const { return changes_; }
 
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }

@@ -110,11 +110,14 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     const uint64_t w = DTypeWidth(t.dtype());
     return t.bytes.subspan(seg.start * w, seg.count * w);
   };
-  // Target digest = base digest + the changes: O(changed elements).
-  auto digest_of = [&](const PlannedSegment& seg, const ChangeSet& changes) {
+  // Target digest = base digest + the changes: O(changed elements), taken run by run while the
+  // diff's bytes are still in cache (*sum accumulates the segment's).
+  auto digest_runs = [&](const PlannedSegment& seg, Digest128* sum) -> DiffChunkFn {
     const TensorRef& b = base[seg.tensor];
-    return DigestChanges(TensorKey(b.name()), seg.start, changes.positions, bytes_of(b, seg).data(),
-                         bytes_of(next[seg.tensor], seg).data(), DTypeWidth(b.dtype()));
+    return [sum, key = TensorKey(b.name()), start = seg.start, old_bytes = bytes_of(b, seg).data(),
+            new_bytes = bytes_of(next[seg.tensor], seg).data(), w = DTypeWidth(b.dtype())](std::span<const uint32_t> pos) {
+      *sum += DigestChanges(key, start, pos, old_bytes, new_bytes, w);
+    };
   };
   auto add_digest = [&](uint32_t tensor, const Digest128& d) {
     // Segments of one tensor are adjacent in a plan: merge them into one entry per tensor.
@@ -127,8 +130,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     for (size_t i = 0; i < end; ++i) {
       const PlannedSegment& seg = segments[i];
       const SegmentSpec spec = spec_of(seg);
-      if (builder.AddDiff(spec, bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg)) == 0) continue;
-      add_digest(seg.tensor, digest_of(seg, builder.last_changes()));
+      Digest128 d;
+      if (builder.AddDiff(spec, bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), digest_runs(seg, &d)) == 0)
+        continue;
+      add_digest(seg.tensor, d);
     }
     return Status::Ok();
   };
@@ -146,9 +151,9 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
             const PlannedSegment& seg = segments[i];
             const SegmentSpec spec = spec_of(seg);
             DiffedSegment& d = ahead[i - split];
+            d.digest = Digest128{};
             DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
-                         &d.changes);
-            if (d.changes.size() > 0) d.digest = digest_of(seg, d.changes);
+                         &d.changes, digest_runs(seg, &d.digest));
           }
           return Status::Ok();
         },
