@@ -30,8 +30,8 @@ struct ChangeSet {
   }
 };
 
-// Called by DiffElements after each run of kDiffChunkElements elements that has changes (and
-// after the last run) with that run's positions, a view into the ChangeSet being filled that is
+// Called by DiffElements after each run of kDiffChunkElements elements that has changes (the
+// last run may be shorter) with that run's positions: a view into the ChangeSet being filled,
 // valid during the call. The run's bytes are then still in cache, so per-change work on the old
 // and new bits (the state digest) reads them cheaply; after a whole large segment it would miss.
 using DiffChunkFn = std::function<void(std::span<const uint32_t> positions)>;
