@@ -40,9 +40,9 @@ bool SpinUntil(F&& ready) {
 }
 
 // Threads that ParallelFor and RunConcurrently hand work to. They wait for work between calls, so
-// a call costs at most two wake-ups instead of starting and joining a thread (tens of microseconds on
-// some machines, as much as decoding a small payload's value section), and what they keep in
-// thread-local buffers is reused instead of page-faulted in again. A helper serves one call at a
+// a call costs at most two wake-ups instead of starting and joining a thread (tens of
+// microseconds on some machines, as much as decoding a small payload's value section), and what
+// they keep in thread-local buffers is reused instead of page-faulted in again. A helper serves one call at a
 // time; concurrent and nested calls take other helpers, started as needed and kept.
 class HelperPool {
  public:

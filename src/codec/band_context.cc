@@ -206,26 +206,26 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   }
 
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  bool walked = split.use && WalkInTwoParts(segs, bands, split, split_run, band_ordinals, band_bitmap, count, expected,
-                                            positions);
+  const bool walked = split.use && WalkInTwoParts(segs, bands, split, split_run, band_ordinals, band_bitmap, count, expected,
+                                                  positions);
   if (split.use) {
     g_split_walks.fetch_add(1, std::memory_order_relaxed);
     if (!walked) g_split_fallbacks.fetch_add(1, std::memory_order_relaxed);
   }
+  if (walked) return Status::Ok();
+  // One thread walks everything: without a split, and for a failed split walk's error.
   WalkPart all;
   all.seg_end = segs.size();
   all.limit = count;
   std::vector<uint64_t> filled(segs.size(), 0);
-  if (!walked) {  // serially, and for a failed split walk's error
-    walked = DecodeBandWalk(segs, bands, band_ordinals, band_bitmap, expected, positions, &all, &filled);
-    if (!walked) return Corrupt("banded context code: a segment has more changes than its table entry");
-    for (size_t b = 0; b < k8; ++b)
-      if (all.placed[b] != count[b])
-        return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
-    for (size_t s = 0; s < segs.size(); ++s)
-      if (filled[s] != expected[s])
-        return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
-  }
+  if (!DecodeBandWalk(segs, bands, band_ordinals, band_bitmap, expected, positions, &all, &filled))
+    return Corrupt("banded context code: a segment has more changes than its table entry");
+  for (size_t b = 0; b < k8; ++b)
+    if (all.placed[b] != count[b])
+      return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
+  for (size_t s = 0; s < segs.size(); ++s)
+    if (filled[s] != expected[s])
+      return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
   return Status::Ok();
 }
 

@@ -264,8 +264,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   return ok;
 }
 
-// Each band's population among the elements before element `end_elem` of segment `seg` (all of
-// the segments before it, and the first end_elem elements of seg; end_elem a tile start).
+// CountBandPopulations of band_walk.h, for this target.
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
                           BandWords* population) {
   const size_t k = static_cast<size_t>(bands.k);

@@ -22,12 +22,13 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   const bool is_xor = kind == ValueKind::kXor;
   size_t have = 0;  // changes found so far; the vectors hold kSlack more while tiles are walked
   size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
+  auto end_run = [&] {      // hands the run's changes, if any, to on_chunk
+    if (on_chunk && have > chunk_from) on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
+    chunk_from = have;
+  };
   for (size_t tile = 0; tile < count; tile += kMaskTileElements) {
     const size_t tn = std::min(kMaskTileElements, count - tile);
-    if (on_chunk && tile % kDiffChunkElements == 0 && have > chunk_from) {
-      on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
-      chunk_from = have;
-    }
+    if (tile % kDiffChunkElements == 0) end_run();
     const uint8_t* b = base + tile * sizeof(U);
     const uint8_t* x = next + tile * sizeof(U);
     const size_t differ = DifferMasks(b, x, sizeof(U), tn, masks);
@@ -59,7 +60,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   }
   out->positions.resize(have);
   out->values.resize(have * sizeof(U));
-  if (on_chunk && have > chunk_from) on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
+  end_run();
 }
 
 }  // namespace
