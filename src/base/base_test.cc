@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
+
 
 #include <atomic>
 #include <filesystem>
@@ -101,11 +103,23 @@ TEST(RunConcurrently, RunsBothAtOnceAndReportsTheSideErrorFirst) {
 }
 
 TEST(RunConcurrently, KeepsItsHelperBetweenCallsAndServesConcurrentCallers) {
-  // One caller at a time: the same helper thread every time, not a new thread per call.
+  // One caller at a time: the same helper thread every time, not a new thread per call. Main
+  // waits for side to start, so that side runs on the helper, not after main on the caller.
   std::thread::id first;
   for (int i = 0; i < 20; ++i) {
     std::thread::id id;
-    ASSERT_TRUE(RunConcurrently([&] { id = std::this_thread::get_id(); return Status::Ok(); }, [] { return Status::Ok(); }).ok());
+    std::atomic<bool> side_started{false};
+    ASSERT_TRUE(RunConcurrently(
+                    [&] {
+                      id = std::this_thread::get_id();
+                      side_started = true;
+                      return Status::Ok();
+                    },
+                    [&] {
+                      while (!side_started.load()) std::this_thread::yield();
+                      return Status::Ok();
+                    })
+                    .ok());
     if (i == 0) first = id;
     EXPECT_EQ(id, first) << "call " << i;
   }
@@ -121,6 +135,105 @@ TEST(RunConcurrently, KeepsItsHelperBetweenCallsAndServesConcurrentCallers) {
                 return Status::Ok();
               }).ok());
   for (auto& v : sums) EXPECT_EQ(v.load(), 199 * 200 / 2);
+}
+
+// Pins the calling thread (and the helpers it starts) to one CPU while alive, so that a helper
+// woken by a call rarely starts before the caller's own quick work returns.
+class OneCpu {
+ public:
+  OneCpu() {
+    CPU_ZERO(&saved_);
+    pinned_ = ::sched_getaffinity(0, sizeof(saved_), &saved_) == 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &saved_)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    pinned_ = pinned_ && ::sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~OneCpu() {
+    if (pinned_) (void)::sched_setaffinity(0, sizeof(saved_), &saved_);
+  }
+  bool pinned() const { return pinned_; }
+
+ private:
+  cpu_set_t saved_;
+  bool pinned_ = false;
+};
+
+TEST(RunConcurrently, RunsASideNoHelperHasStartedOnTheCallerAfterMain) {
+  OneCpu pin;
+  ASSERT_TRUE(pin.pinned());
+  const std::thread::id caller = std::this_thread::get_id();
+  int on_caller = 0;
+  for (int i = 0; i < 200; ++i) {
+    int runs = 0;
+    bool main_done = false, side_after_main = false;
+    std::thread::id where;
+    ASSERT_TRUE(RunConcurrently(
+                    [&] {
+                      ++runs;
+                      where = std::this_thread::get_id();
+                      side_after_main = main_done;
+                      return Status::Ok();
+                    },
+                    [&] {
+                      main_done = true;
+                      return Status::Ok();
+                    })
+                    .ok());
+    ASSERT_EQ(runs, 1) << "call " << i;  // exactly once, on whichever thread
+    if (where == caller) {
+      EXPECT_TRUE(side_after_main) << "call " << i;
+      ++on_caller;
+    }
+  }
+  // With one CPU, the caller nearly always returns from main before the helper wakes.
+  EXPECT_GT(on_caller, 0);
+  // A side run by the caller still reports its error first.
+  int side_runs = 0;
+  EXPECT_EQ(RunConcurrently([&] { return ++side_runs, Corrupt("side"); }, [] { return Corrupt("main"); }).message(), "side");
+  EXPECT_EQ(side_runs, 1);
+}
+
+TEST(OfferToHelper, DropsASideNoHelperHasStartedAndClaimsSplitTheWork) {
+  OneCpu pin;
+  ASSERT_TRUE(pin.pinned());
+  int dropped = 0;
+  for (int i = 0; i < 200; ++i) {
+    // Two pieces of work, each claimed once: the side takes what main has not.
+    ClaimOnce a, b;
+    std::atomic<int> done_a{0}, done_b{0};
+    std::atomic<bool> side_ran{false};
+    ASSERT_TRUE(OfferToHelper(
+                    [&] {
+                      side_ran = true;
+                      if (b.Claim()) ++done_b;
+                      if (a.Claim()) ++done_a;
+                      return Status::Ok();
+                    },
+                    [&] {
+                      if (a.Claim()) ++done_a;
+                      if (b.Claim()) ++done_b;
+                      return Status::Ok();
+                    })
+                    .ok());
+    ASSERT_EQ(done_a.load(), 1) << "call " << i;
+    ASSERT_EQ(done_b.load(), 1) << "call " << i;
+    dropped += !side_ran.load();
+  }
+  EXPECT_GT(dropped, 0);
+  // A side that ran and failed reports its error first; one that was dropped reports nothing.
+  std::atomic<bool> started{false};
+  EXPECT_EQ(OfferToHelper([&] { return started = true, Corrupt("side"); },
+                          [&] {
+                            while (!started.load()) std::this_thread::yield();
+                            return Corrupt("main");
+                          })
+                .message(),
+            "side");
 }
 
 TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {

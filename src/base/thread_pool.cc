@@ -49,7 +49,8 @@ class HelperPool {
   struct Helper {
     std::mutex mu;
     std::condition_variable cv;
-    // Set by the caller (under mu); cleared by the helper before it sets `done` (under mu).
+    // Set by the caller (under mu). Whoever exchanges it back to null owns the task: the helper
+    // to run it, or the caller to withdraw it unstarted.
     std::atomic<const std::function<Status()>*> task{nullptr};
     std::atomic<bool> done{false};
     Status result;  // written by the helper before `done`, read by the caller after it
@@ -84,13 +85,17 @@ class HelperPool {
   static void Serve(Helper* h) {
     for (;;) {
       const std::function<Status()>* task = nullptr;
-      if (!SpinUntil([&] { return (task = h->task.load(std::memory_order_acquire)) != nullptr; })) {
+      // Claims the task; a task withdrawn between the load and the exchange is not this helper's.
+      auto claim = [&] {
+        return h->task.load(std::memory_order_relaxed) != nullptr &&
+               (task = h->task.exchange(nullptr, std::memory_order_acquire)) != nullptr;
+      };
+      if (!SpinUntil(claim)) {
         std::unique_lock<std::mutex> lock(h->mu);
-        h->cv.wait(lock, [&] { return (task = h->task.load(std::memory_order_acquire)) != nullptr; });
+        h->cv.wait(lock, claim);
       }
       Status result = (*task)();
       h->result = std::move(result);
-      h->task.store(nullptr, std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(h->mu);
         h->done.store(true, std::memory_order_release);
@@ -117,6 +122,13 @@ class HelperCall {
   }
   HelperCall(const HelperCall&) = delete;
   HelperCall& operator=(const HelperCall&) = delete;
+  // True if the helper had not started the task, which then never runs; the call is over. False
+  // if it had: Wait for it.
+  bool Withdraw() {
+    if (h_->task.exchange(nullptr, std::memory_order_acq_rel) == nullptr) return false;
+    HelperPool::Get().Release(h_);
+    return true;
+  }
   Status Wait() {
     auto done = [this] { return h_->done.load(std::memory_order_acquire); };
     if (!SpinUntil(done)) {
@@ -160,7 +172,9 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
     std::vector<std::unique_ptr<HelperCall>> calls;
     for (size_t t = 1; t < workers; ++t) calls.push_back(std::make_unique<HelperCall>(&run));
     (void)run();
-    for (auto& c : calls) (void)c->Wait();
+    // Every item is claimed; a helper that has not started yet (still waking) has none to run.
+    for (auto& c : calls)
+      if (!c->Withdraw()) (void)c->Wait();
   } else {
     (void)run();
   }
@@ -170,7 +184,14 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main) {
   HelperCall call(&side);
   Status main_status = main();
-  Status side_status = call.Wait();
+  Status side_status = call.Withdraw() ? side() : call.Wait();
+  return side_status.ok() ? main_status : side_status;
+}
+
+Status OfferToHelper(const std::function<Status()>& side, const std::function<Status()>& main) {
+  HelperCall call(&side);
+  Status main_status = main();
+  Status side_status = call.Withdraw() ? Status::Ok() : call.Wait();
   return side_status.ok() ? main_status : side_status;
 }
 

@@ -2,8 +2,10 @@
 // output slot, so results never depend on the thread count or scheduling.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
+#include <utility>
 
 #include "base/status.h"
 
@@ -15,7 +17,9 @@ int HardwareThreads();
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0 = all hardware threads).
 // Returns the error of the lowest-numbered failing item; after a failure, items not yet
 // started are skipped. The calling thread is one of the threads; the others are helpers kept
-// waiting between calls (as RunConcurrently's), so their thread-local variables persist.
+// waiting between calls (as RunConcurrently's), so their thread-local variables persist. Items
+// are claimed one at a time, so a helper still waking when the others have claimed every item
+// runs none, and the call does not wait for it.
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn);
 
 // Threads each of `items` parallel items may use itself when `threads` (0 = all hardware
@@ -24,8 +28,42 @@ int ThreadsPerItem(size_t items, int threads);
 
 // Runs `side` on another thread while `main` runs on the calling thread, and waits for both.
 // Returns side's error if it failed, else main's: the result of running side, then main. The
-// other thread is a helper kept waiting between calls (one per concurrent caller); thread-local
-// variables named inside `side` are that helper's, not the caller's.
+// other thread is a helper kept waiting between calls (one per concurrent caller). A helper that
+// has not started side by the time main returns (waking a sleeping thread takes up to ~0.1 ms on
+// some virtual machines) never does: the calling thread runs side itself after main. So side
+// must not wait for anything main does, and its thread-local variables may be either thread's.
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main);
+
+// Like RunConcurrently, except that a side a helper has not started when main returns is dropped,
+// not run: for work that main claims (ClaimOnce) and does itself when no helper has come for it.
+Status OfferToHelper(const std::function<Status()>& side, const std::function<Status()>& main);
+
+// A piece of work that whichever thread claims first does: Claim() is true exactly once.
+class ClaimOnce {
+ public:
+  bool Claim() { return !taken_.exchange(true, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<bool> taken_{false};
+};
+
+// A step that either of two threads may do, done once by whichever claims it first. Its result
+// is read after both threads are joined (or on the thread that ran it).
+class ClaimableTask {
+ public:
+  explicit ClaimableTask(std::function<Status()> fn) : fn_(std::move(fn)) {}
+  // Runs the step here unless a thread has claimed it already; true if it ran here.
+  bool RunIfUnclaimed() {
+    if (!claim_.Claim()) return false;
+    result_ = fn_();
+    return true;
+  }
+  const Status& result() const { return result_; }
+
+ private:
+  std::function<Status()> fn_;
+  ClaimOnce claim_;
+  Status result_;
+};
 
 }  // namespace dcr

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -59,8 +61,8 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 
 namespace {
 
-// Where two threads split the decoder's walk: the first walks the elements before element `elem`
-// (a tile start) of segment `seg`, the second the rest.
+// Where two threads split the decoder's walk: the first part is the elements before element
+// `elem` (a tile start) of segment `seg`, the second the rest.
 struct WalkSplit {
   bool use = false;
   size_t seg = 0;
@@ -82,60 +84,157 @@ WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_e
   return split;
 }
 
-// The walk in two parts on two threads, the second starting from `split_run` (each band's
-// population before the split). True only if both parts succeed and every count agrees, in
-// which case the positions are the serial walk's; otherwise the caller walks again serially,
-// for its errors.
-bool WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& bands, const WalkSplit& split,
-                    const BandWords& split_run, const std::array<const uint64_t*, kMaxContextBands>& ordinals,
-                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, const BandWords& count,
-                    std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
-  WalkPart first, second;
-  first.seg_end = split.seg + 1;
-  first.end_elem = split.elem;
-  uint64_t changes_before = 0;  // changed ordinals before the split, over all bands
-  for (size_t b = 0; b < kMaxContextBands; ++b) {
-    first.limit[b] = static_cast<uint64_t>(std::lower_bound(ordinals[b], ordinals[b] + count[b], split_run[b]) - ordinals[b]);
-    changes_before += first.limit[b];
+// Each band's changed ordinals, as DecodeBandWalk takes them (band_walk.h), and their counts.
+struct BandStreams {
+  std::array<const uint64_t*, kMaxContextBands> ordinals{}, bitmap{};
+  BandWords count{};
+};
+
+// The checks on a walk over every tile, in the order the one-thread walk makes them: its errors
+// are the canonical ones. `ok` and `placed` are the walk's result, filled[s] the positions it
+// gave segment s.
+Status CheckWholeWalk(bool ok, const BandWords& placed, const ContextBands& bands, const BandWords& count,
+                      std::span<const uint64_t> expected, std::span<const uint64_t> filled) {
+  if (!ok) return Corrupt("banded context code: a segment has more changes than its table entry");
+  for (size_t b = 0; b < static_cast<size_t>(bands.k); ++b)
+    if (placed[b] != count[b])
+      return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
+  for (size_t s = 0; s < expected.size(); ++s)
+    if (filled[s] != expected[s])
+      return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
+  return Status::Ok();
+}
+
+// The one-thread walk over every tile.
+Status WalkWhole(std::span<const ContextSegment> segs, const ContextBands& bands, const BandStreams& st,
+                 std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
+  WalkPart all;
+  all.seg_end = segs.size();
+  all.limit = st.count;
+  std::vector<uint64_t> filled(segs.size(), 0);
+  const bool ok = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, positions, &all, &filled);
+  return CheckWholeWalk(ok, all.placed, bands, st.count, expected, filled);
+}
+
+std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
+
+// The walk split at `split` between the calling thread and a helper. The calling thread reads
+// the ordinals (read_ordinals) and walks the first part. The second part goes to whichever
+// thread claims it first: the helper, which must first count each band's population before the
+// split, or the calling thread once the first part is done, which then simply walks on. So a
+// helper slow to wake (tens of microseconds on an idle virtual machine) costs nothing, and the
+// result is the one-thread walk's either way: a helper's part is accepted only if every count
+// agrees with the first part's, and is otherwise walked again by WalkWhole for its error. The
+// helper also runs `also`, if given and unclaimed, while it waits for the ordinals and after its
+// part.
+Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& bands, const WalkSplit& split,
+                      const std::function<Status()>& read_ordinals, const BandStreams& st,
+                      std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
+                      ClaimableTask* also) {
+  const size_t nseg = segs.size();
+  enum : int { kPending, kReady, kFailed };
+  std::atomic<int> ordinals_state{kPending};
+  ClaimOnce second_claim;
+  const SecondPartWalker walker = g_second_part_walker.load(std::memory_order_relaxed);
+  const bool helper_path = walker == SecondPartWalker::kHelperPath;
+  if (walker == SecondPartWalker::kCallerWalksOn) (void)second_claim.Claim();
+
+  // The helper's part writes segment split.seg's positions here (the caller's buffer: the helper
+  // may serve another caller as soon as this call ends), and the others in place.
+  thread_local std::vector<uint32_t> split_tail;
+  split_tail.resize(expected[split.seg]);
+  std::vector<std::vector<uint32_t>*> second_outs(positions.begin(), positions.end());
+  second_outs[split.seg] = &split_tail;
+  bool helper_walked = false, ok_second = false;
+  BandWords split_run{}, second_from{};
+  WalkPart second;
+  std::vector<uint64_t> filled_second(nseg, 0);
+  auto side = [&] {
+    if (helper_path || second_claim.Claim()) {
+      helper_walked = true;
+      CountBandPopulations(segs, bands, split.seg, split.elem, &split_run);
+      if (also != nullptr && ordinals_state.load(std::memory_order_acquire) == kPending) (void)also->RunIfUnclaimed();
+      for (int spins = 0; ordinals_state.load(std::memory_order_acquire) == kPending; ++spins)
+        if (spins % 64 == 63) std::this_thread::yield();
+      if (ordinals_state.load(std::memory_order_acquire) == kReady) {
+        second.from_seg = split.seg;
+        second.from_elem = split.elem;
+        second.seg_end = nseg;
+        second.run = split_run;
+        for (size_t b = 0; b < kMaxContextBands; ++b)
+          second_from[b] = static_cast<uint64_t>(
+              std::lower_bound(st.ordinals[b], st.ordinals[b] + st.count[b], split_run[b]) - st.ordinals[b]);
+        second.placed = second_from;
+        second.limit = st.count;
+        ok_second = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, second_outs, &second, &filled_second);
+      }
+    }
+    if (also != nullptr) (void)also->RunIfUnclaimed();
+    return Status::Ok();
+  };
+
+  Status status;
+  bool main_walked_all = false, ok_first = false;
+  WalkPart first;
+  std::vector<uint64_t> filled(nseg, 0);  // the first part's, then the whole walk's
+  auto main = [&] {
+    status = read_ordinals();
+    ordinals_state.store(status.ok() ? kReady : kFailed, std::memory_order_release);
+    if (!status.ok()) return Status::Ok();
+    first.seg_end = split.seg + 1;
+    first.end_elem = split.elem;
+    first.limit = st.count;
+    ok_first = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, positions, &first, &filled);
+    if (helper_path || (walker != SecondPartWalker::kCallerWalksOn && !second_claim.Claim())) return Status::Ok();
+    // The helper has not come: walk on from where the first part ended, as one thread would.
+    main_walked_all = true;
+    bool ok = ok_first;
+    if (ok) {
+      WalkPart rest;
+      rest.from_seg = split.seg;
+      rest.from_elem = split.elem;
+      rest.seg_end = nseg;
+      rest.run = first.run;
+      rest.placed = first.placed;
+      rest.limit = st.count;
+      rest.first_out = filled[split.seg];
+      std::vector<uint64_t> room(expected.begin(), expected.end()), filled_rest(nseg, 0);
+      room[split.seg] -= filled[split.seg];
+      ok = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, room, positions, &rest, &filled_rest);
+      first.placed = rest.placed;
+      for (size_t s = split.seg; s < nseg; ++s) filled[s] += filled_rest[s];
+    }
+    status = CheckWholeWalk(ok, first.placed, bands, st.count, expected, filled);
+    return Status::Ok();
+  };
+  if (helper_path)
+    (void)RunConcurrently(side, main);
+  else
+    (void)OfferToHelper(side, main);
+  if (!status.ok() || main_walked_all) return status;
+
+  g_split_walks.fetch_add(1, std::memory_order_relaxed);
+  bool agree = helper_walked && ok_first && ok_second && first.run == split_run && first.placed == second_from &&
+               second.placed == st.count;
+  for (size_t s = 0; s < nseg && agree; ++s) {
+    const uint64_t got = s < split.seg ? filled[s] : s == split.seg ? filled[s] + filled_second[s] : filled_second[s];
+    agree = got == expected[s];
   }
-  uint64_t seg_before = 0;  // positions of the segments before split.seg
-  for (size_t s = 0; s < split.seg; ++s) seg_before += expected[s];
-  if (changes_before < seg_before || changes_before - seg_before > expected[split.seg]) return false;
-  const uint64_t out_before = changes_before - seg_before;  // split.seg's positions before the split
-  second.from_seg = split.seg;
-  second.from_elem = split.elem;
-  second.seg_end = segs.size();
-  second.run = split_run;
-  second.placed = first.limit;
-  second.limit = count;
-  second.first_out = out_before;
-  std::vector<uint64_t> room_first(expected.begin(), expected.end()), room_second = room_first;
-  room_first[split.seg] = out_before;
-  room_second[split.seg] -= out_before;
-  std::vector<uint64_t> filled_first(segs.size(), 0), filled_second(segs.size(), 0);
-  bool ok_first = false, ok_second = false;
-  (void)RunConcurrently(
-      [&] {
-        ok_second = DecodeBandWalk(segs, bands, ordinals, bitmap, room_second, positions, &second, &filled_second);
-        return Status::Ok();
-      },
-      [&] {
-        ok_first = DecodeBandWalk(segs, bands, ordinals, bitmap, room_first, positions, &first, &filled_first);
-        return Status::Ok();
-      });
-  if (!ok_first || !ok_second || first.placed != first.limit || second.placed != count) return false;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const uint64_t want_first = s < split.seg ? expected[s] : s == split.seg ? out_before : 0;
-    if (filled_first[s] != want_first || filled_second[s] != expected[s] - want_first) return false;
+  if (agree) {
+    std::copy_n(split_tail.begin(), filled_second[split.seg], positions[split.seg]->begin() + filled[split.seg]);
+    return Status::Ok();
   }
-  return true;
+  g_split_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return WalkWhole(segs, bands, st, expected, positions);
 }
 
 }  // namespace
 
+void SetSecondPartWalkerForTests(SecondPartWalker walker) { g_second_part_walker.store(walker); }
+
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
-                             int threads) {
+                             int threads, ClaimableTask* also) {
   uint64_t total_elements = 0, total_expected = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
@@ -151,14 +250,14 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     if (bands.t[i] == 0 || (i > 0 && bands.t[i] <= bands.t[i - 1]))
       return Corrupt("banded context code: thresholds not strictly ascending from 1");
   }
-  std::array<uint64_t, kMaxContextBands> count{};
+  BandStreams st;
   std::array<uint8_t, kMaxContextBands> rice{};
   uint64_t sum = 0;
   for (size_t b = 0; b < k8; ++b) {
-    if (!r.ReadVarint(&count[b]) || count[b] > total_expected - sum)
+    if (!r.ReadVarint(&st.count[b]) || st.count[b] > total_expected - sum)
       return Corrupt("banded context code: bad change count of band " + std::to_string(b));
-    sum += count[b];
-    if (count[b] > 0 && (!r.ReadByte(&rice[b]) || rice[b] > kMaxContextRice))
+    sum += st.count[b];
+    if (st.count[b] > 0 && (!r.ReadByte(&rice[b]) || rice[b] > kMaxContextRice))
       return Corrupt("banded context code: bad Rice parameter of band " + std::to_string(b));
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
@@ -168,10 +267,10 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   // reads that far). Memory: 8 bytes per change plus a bit per ordinal up to each band's last.
   std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
   std::array<uint64_t, kMaxContextBands> offset{};
-  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + count[b - 1];
+  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + st.count[b - 1];
   thread_local std::vector<uint64_t> bitmaps;
-  std::array<const uint64_t*, kMaxContextBands> band_ordinals, band_bitmap;
-  auto read_ordinals = [&] {
+  const std::function<Status()> read_ordinals = [&] {
+    const BandWords& count = st.count;
     BitReader bits(r.Rest());
     for (size_t b = 0; b < kMaxContextBands; ++b)
       if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, ordinals.data() + offset[b]))
@@ -185,48 +284,30 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     for (size_t b = 0; b < kMaxContextBands; ++b) {
       uint64_t* map = bitmaps.data() + map_at[b];
       for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) map[ordinals[i] >> 6] |= uint64_t{1} << (ordinals[i] & 63);
-      band_ordinals[b] = ordinals.data() + offset[b];
-      band_bitmap[b] = map;
+      st.ordinals[b] = ordinals.data() + offset[b];
+      st.bitmap[b] = map;
     }
     return Status::Ok();
   };
-  // With a second thread, it counts the band populations before the split (which needs only the
-  // old bits) while this one reads the ordinals; then each walks one part.
-  const WalkSplit split = ChooseWalkSplit(segs, total_elements, threads);
-  BandWords split_run{};
-  if (split.use) {
-    DCR_RETURN_IF_ERROR(RunConcurrently(
-        [&] {
-          CountBandPopulations(segs, bands, split.seg, split.elem, &split_run);
-          return Status::Ok();
-        },
-        read_ordinals));
-  } else {
-    DCR_RETURN_IF_ERROR(read_ordinals());
-  }
-
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  const bool walked = split.use && WalkInTwoParts(segs, bands, split, split_run, band_ordinals, band_bitmap, count, expected,
-                                                  positions);
-  if (split.use) {
-    g_split_walks.fetch_add(1, std::memory_order_relaxed);
-    if (!walked) g_split_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (walked) return Status::Ok();
-  // One thread walks everything: without a split, and for a failed split walk's error.
-  WalkPart all;
-  all.seg_end = segs.size();
-  all.limit = count;
-  std::vector<uint64_t> filled(segs.size(), 0);
-  if (!DecodeBandWalk(segs, bands, band_ordinals, band_bitmap, expected, positions, &all, &filled))
-    return Corrupt("banded context code: a segment has more changes than its table entry");
-  for (size_t b = 0; b < k8; ++b)
-    if (all.placed[b] != count[b])
-      return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
-  for (size_t s = 0; s < segs.size(); ++s)
-    if (filled[s] != expected[s])
-      return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
-  return Status::Ok();
+  const WalkSplit split = ChooseWalkSplit(segs, total_elements, threads);
+  if (split.use) return WalkInTwoParts(segs, bands, split, read_ordinals, st, expected, positions, also);
+  auto walk_whole = [&] {
+    DCR_RETURN_IF_ERROR(read_ordinals());
+    return WalkWhole(segs, bands, st, expected, positions);
+  };
+  if (threads < 2 || also == nullptr) return walk_whole();
+  Status status;
+  (void)OfferToHelper(
+      [&] {
+        (void)also->RunIfUnclaimed();
+        return Status::Ok();
+      },
+      [&] {
+        status = walk_whole();
+        return Status::Ok();
+      });
+  return status;
 }
 
 }  // namespace dcr

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
 
@@ -29,14 +30,16 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
-// sum of `expected`. With threads >= 2 and at least kSplitWalkMinElements elements, the O(dense)
-// walk is split between two threads; positions and errors are the same as with one.
+// sum of `expected`. With threads >= 2 and at least kSplitWalkMinElements elements, a helper
+// thread may walk part of the old bits (when it comes in time); positions and errors are the same
+// as with one thread. With threads >= 2, the helper also runs `also` (another section's decode)
+// if no thread has claimed it; the caller runs it afterwards if it is still unclaimed.
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
-                             int threads = 1);
+                             int threads = 1, ClaimableTask* also = nullptr);
 
-// Decodes that split the walk between two threads since the process started, and of those the
-// ones whose parts disagreed (damaged input) and were walked again on one thread.
+// Decodes whose second part of the walk a helper thread walked since the process started, and of
+// those the ones whose parts disagreed (damaged input) and were walked again on one thread.
 struct BandWalkSplitCounts {
   uint64_t splits = 0, fallbacks = 0;
 };
@@ -45,6 +48,14 @@ BandWalkSplitCounts GetBandWalkSplitCounts();
 // Payloads with fewer elements decode on one thread: the hand-offs would cost more than half
 // the walk.
 inline constexpr uint64_t kSplitWalkMinElements = 256 * 1024;
+
+// For tests: who walks the second part of a split walk. kClaimed: whichever thread claims it
+// first (the default). kHelperPath: always as a helper does, counting populations first (on the
+// helper, or after the first part on the calling thread when the helper is late). kCallerWalksOn:
+// always the calling thread, walking on from the first part. So each path and its checks run
+// whatever the timing.
+enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
+void SetSecondPartWalkerForTests(SecondPartWalker walker);
 
 
 }  // namespace dcr

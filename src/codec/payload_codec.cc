@@ -287,13 +287,28 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
   return Status::Ok();
 }
 
+// With `also` (threads >= 2), a helper thread runs it beside the location decode unless the
+// calling thread claims it first; the caller runs it afterwards if it is still unclaimed.
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
-                       std::span<std::vector<uint32_t>* const> position_outs, int threads) {
+                       std::span<std::vector<uint32_t>* const> position_outs, int threads, ClaimableTask* also) {
+  if (layout.mode == CodecMode::kContextBands)
+    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs, threads, also)
+        .WithContext("payload location section");
+  if (also != nullptr) {
+    Status status;
+    (void)OfferToHelper(
+        [&] {
+          (void)also->RunIfUnclaimed();
+          return Status::Ok();
+        },
+        [&] {
+          status = DecodeLocations(layout, in, position_outs, threads, nullptr);
+          return Status::Ok();
+        });
+    return status;
+  }
   if (layout.mode == CodecMode::kContext)
     return DecodeContextLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
-  if (layout.mode == CodecMode::kContextBands)
-    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs, threads)
-        .WithContext("payload location section");
   std::span<const uint8_t> loc_rest = in.loc;
   for (size_t i = 0; i < layout.segments.size(); ++i) {
     size_t used = 0;
@@ -328,24 +343,25 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
     position_outs[i] = &d.segments[i].changes.positions;
     changed += layout.changed[i];
   }
-  auto values = [&] {
+  ClaimableTask values([&] {
     return DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section");
-  };
+  });
   // Errors come in one order whatever the threads: the value section's first, then the
   // location section's.
   LocationInputs in;
   const Status prepared = PrepareLocations(layout, base, &in);
   if (!prepared.ok()) {
-    DCR_RETURN_IF_ERROR(values());
+    (void)values.RunIfUnclaimed();
+    DCR_RETURN_IF_ERROR(values.result());
     return prepared;
   }
   if (threads == 0) threads = HardwareThreads();
-  if (threads < 2 || changed < kConcurrentSectionsMinChanges) {
-    DCR_RETURN_IF_ERROR(values());
-    return DecodeLocations(layout, in, position_outs, threads);
-  }
-  // The sections are independent: a second thread decodes the values.
-  return RunConcurrently(values, [&] { return DecodeLocations(layout, in, position_outs, threads); });
+  // The sections are independent: with enough changes, a second thread may decode the values.
+  const bool share_values = threads >= 2 && changed >= kConcurrentSectionsMinChanges;
+  const Status located = DecodeLocations(layout, in, position_outs, threads, share_values ? &values : nullptr);
+  (void)values.RunIfUnclaimed();
+  DCR_RETURN_IF_ERROR(values.result());
+  return located;
 }
 
 bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {
