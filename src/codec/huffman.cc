@@ -159,6 +159,24 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   return Status::Ok();
 }
 
+void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
+  static_assert(kFastBits <= 15 && kHuffmanMaxSymbols <= (1u << 12));
+  multi_.assign(fast_.size(), 0);
+  for (uint32_t w = 0; w < fast_.size(); ++w) {
+    uint64_t e = 0;
+    int used = 0, count = 0;
+    for (; count < kMultiSymbols; ++count) {
+      // The next code's entry; it is valid only if its length fits in the bits not yet used.
+      const uint32_t f = fast_[(w >> used) & ((1u << kFastBits) - 1)];
+      const int l = static_cast<int>(f & 15);
+      if (l == 0 || used + l > kFastBits || (f >> 4) >= stop) break;
+      e |= static_cast<uint64_t>(f >> 4) << (12 * count);
+      used += l;
+    }
+    multi_[w] = e | static_cast<uint64_t>(used) << 36 | static_cast<uint64_t>(count) << 40;
+  }
+}
+
 uint32_t HuffmanDecoder::GetLong(BitReader& r) const {
   const uint32_t bits = static_cast<uint32_t>(r.Peek(kHuffmanMaxBits));
   uint32_t code = 0;  // the next l bits, MSB-first (codes are stored bit-reversed)

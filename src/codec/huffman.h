@@ -50,12 +50,25 @@ class HuffmanDecoder {
     return e >> 4;
   }
 
+  // Several symbols from one lookup: the codes that lie wholly within the next kFastBits bits,
+  // up to kMultiSymbols of them, stopping before any symbol >= the `stop` given to
+  // BuildMultiTable. With e = PeekMulti(r) (at least kFastBits bits in the window), the symbols
+  // are MultiSymbol(e, 0..MultiCount(e)-1), and SkipInWindow(MultiBits(e)) consumes them.
+  // MultiCount(e) is 0 when the first code is longer or stops: decode it with Get.
+  static constexpr int kMultiSymbols = 3;
+  void BuildMultiTable(uint32_t stop);
+  uint64_t PeekMulti(const BitReader& r) const { return multi_[r.window() & ((1u << kFastBits) - 1)]; }
+  static uint32_t MultiSymbol(uint64_t e, int i) { return static_cast<uint32_t>(e >> (12 * i)) & 0xfff; }
+  static int MultiBits(uint64_t e) { return static_cast<int>(e >> 36) & 15; }
+  static int MultiCount(uint64_t e) { return static_cast<int>(e >> 40) & 3; }
+
  private:
   // Codes of up to kFastBits bits decode with one lookup in a table that stays in L1; longer ones
   // (rare: they are the least frequent symbols) by canonical code ranges per length.
   static constexpr int kFastBits = 10;
   uint32_t GetLong(BitReader& r) const;
   std::vector<uint32_t> fast_;  // 2^kFastBits entries: symbol << 4 | length (0: a longer code or invalid)
+  std::vector<uint64_t> multi_;  // 2^kFastBits entries: symbols at bits 0, 12, 24; bits at 36; count at 40
   // Per length l: the first canonical code (MSB-first), the number of codes, and where their
   // symbols start in `sorted_` (symbols ordered by length, then value).
   uint32_t first_[kHuffmanMaxBits + 1] = {}, count_[kHuffmanMaxBits + 1] = {}, offset_[kHuffmanMaxBits + 1] = {};

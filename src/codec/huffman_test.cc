@@ -4,6 +4,8 @@
 // hostile tables and stored forms are kCorrupt and never read outside their bytes.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -405,6 +407,42 @@ TEST(ValueCoding, EscapesOfEveryWidthRoundTrip) {
   Runs one;
   one.Add(1, {0xff});
   ExpectValuesRoundTrip(one, "one byte 0xff");
+}
+
+// The decoder takes up to three codes per lookup while at least a dozen values remain and falls
+// back to one at a time for long codes, escapes and the tail. Runs of every length from 1 to 60 and
+// longer ones, with frequent short codes between rare symbols whose codes reach 15 bits and
+// escapes, decode to exactly what was coded, in one run or spread over several of mixed widths.
+TEST(ValueCoding, SeveralCodesPerLookupAndTheirFallbacksRoundTrip) {
+  std::mt19937_64 rng(12);
+  auto value = [&](uint32_t w) -> uint64_t {
+    const uint64_t r = rng() % 1000;
+    if (r < 600) return UlpMask(rng) & MaskFor(w);                 // 1-6 bit codes
+    if (r < 990) return (rng() % 4000) & MaskFor(w);               // rare: long codes
+    return ((rng() & MaskFor(w)) | 4095) & MaskFor(w);             // escapes
+  };
+  for (uint32_t w : {2u, 4u, 8u}) {
+    for (size_t n = 1; n <= 60; ++n) {
+      Runs in;
+      std::vector<uint64_t> v(n);
+      for (auto& x : v) x = value(w);
+      in.Add(w, v);
+      ExpectValuesRoundTrip(in, "width " + std::to_string(w) + " n " + std::to_string(n));
+    }
+    Runs big;
+    std::vector<uint64_t> v(200000);
+    for (auto& x : v) x = value(w);
+    big.Add(w, v);
+    ExpectValuesRoundTrip(big, "width " + std::to_string(w) + " long run");
+  }
+  Runs mixed;
+  for (int r = 0; r < 40; ++r) {
+    const uint32_t w = std::array<uint32_t, 4>{1, 2, 4, 8}[rng() % 4];
+    std::vector<uint64_t> v(1 + rng() % 50);
+    for (auto& x : v) x = w == 1 ? UlpMask(rng) & 0xff : value(w);
+    mixed.Add(w, v);
+  }
+  ExpectValuesRoundTrip(mixed, "mixed widths");
 }
 
 TEST(ValueCoding, MostlyEscapedValuesUseTheSmallerForm) {

@@ -55,6 +55,31 @@ template <typename U>
 Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
                      uint8_t* dst) {
   for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
+    // Common codes, several per lookup (values of at least two bytes, where every symbol below
+    // the escape is a valid value): four lookups of at most kFastBits bits each fit in one
+    // refilled window, and each writes kMultiSymbols slots, of which the next step overwrites
+    // the unused ones.
+    if constexpr (sizeof(U) >= 2) {
+      static_assert(4 * 10 <= 56, "four lookups per refill");
+      while (n - i >= 4 * HuffmanDecoder::kMultiSymbols && bits.HasWindow()) {
+        bits.RefillWindow();
+        int k = 0;
+        for (; k < 4; ++k) {
+          const uint64_t m = code.PeekMulti(bits);
+          const int c = HuffmanDecoder::MultiCount(m);
+          if (c == 0) break;
+          for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
+            const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
+            std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
+          }
+          bits.SkipInWindow(HuffmanDecoder::MultiBits(m));
+          dst += c * sizeof(U);
+          i += static_cast<uint64_t>(c);
+        }
+        if (k < 4) break;  // a long code or an escape: one symbol the general way
+      }
+      if (i == n) break;
+    }
     uint32_t sym;
     if (bits.HasWindow()) {  // the common case: no refill branch, no per-symbol length check
       bits.RefillWindow();
@@ -100,6 +125,7 @@ Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> 
   ByteReader r(stored);
   HuffmanDecoder code;
   DCR_RETURN_IF_ERROR(code.ReadTable(r, kAlphabet));
+  code.BuildMultiTable(kEscape);
   uint64_t escape_len = 0;
   std::span<const uint8_t> escapes;
   if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes)) return Corrupt("value escapes truncated");
