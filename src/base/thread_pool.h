@@ -30,8 +30,8 @@ int ThreadsPerItem(size_t items, int threads);
 // Returns side's error if it failed, else main's: the result of running side, then main. The
 // other thread is a helper kept waiting between calls (one per concurrent caller). A helper that
 // has not started side by the time main returns (waking a sleeping thread takes up to ~0.1 ms on
-// some virtual machines) never does: the calling thread runs side itself after main. So side
-// must not wait for anything main does, and its thread-local variables may be either thread's.
+// some virtual machines) never does: the calling thread runs side itself after main. So main
+// must never wait for side, and side's thread-local variables may be either thread's.
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main);
 
 // Like RunConcurrently, except that a side a helper has not started when main returns is dropped,

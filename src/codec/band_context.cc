@@ -122,7 +122,7 @@ std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
 // the ordinals (read_ordinals) and walks the first part. The second part goes to whichever
 // thread claims it first: the helper, which must first count each band's population before the
 // split, or the calling thread once the first part is done, which then simply walks on. So a
-// helper slow to wake (tens of microseconds on an idle virtual machine) costs nothing, and the
+// helper slow to wake (0.1 ms or more on an idle virtual machine) costs nothing, and the
 // result is the one-thread walk's either way: a helper's part is accepted only if every count
 // agrees with the first part's, and is otherwise walked again by WalkWhole for its error. The
 // helper also runs `also`, if given and unclaimed, while it waits for the ordinals and after its
