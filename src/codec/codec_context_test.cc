@@ -353,5 +353,31 @@ TEST(ConcurrentDecode, TheContextWalkSplitAnywhereGivesTheSameChangesAndErrorsAs
   }
 }
 
+// A band whose changes all lie before the split: the first part stops counting it once they are
+// placed, and the helper's second part must still be accepted (no one-thread retry). Here the
+// larger-magnitude elements (their own band) change only in the first half of the first segment;
+// the split is at the start of the second.
+TEST(ConcurrentDecode, ABandWhoseChangesAllLieBeforeTheSplitNeedsNoRetry) {
+  std::mt19937_64 rng(78);
+  World w;
+  auto exponent = [](uint64_t bits) { return (bits >> 7) & 0xff; };
+  w.Add(1, DType::kBF16, 150000, rng, 0, 75000, [](uint64_t) { return 0.03; });
+  w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.0 : 0.03; });
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 150000},
+                                          {2, DType::kBF16, ValueKind::kXor, 0, 150000}};
+  const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
+  SetSecondPartWalkerForTests(SecondPartWalker::kHelperPath);
+  const BandWalkSplitCounts before = GetBandWalkSplitCounts();
+  DecodedPayload one, two;
+  const Status s1 = DecodePayload(p, &one, w.Lookup(), 1), s2 = DecodePayload(p, &two, w.Lookup(), 2);
+  const BandWalkSplitCounts after = GetBandWalkSplitCounts();
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ASSERT_TRUE(s2.ok()) << s2.ToString();
+  EXPECT_EQ(after.splits, before.splits + 1);
+  EXPECT_EQ(after.fallbacks, before.fallbacks);
+  ExpectSameSegments(one, two, "band exhausted before the split");
+}
+
 }  // namespace
 }  // namespace dcr
