@@ -69,9 +69,11 @@ struct WalkSplit {
   uint64_t elem = 0;
 };
 
-WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_elements, int threads) {
+WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_elements, uint64_t total_changes,
+                          int threads, bool forced) {
   WalkSplit split;
-  if (threads < 2 || total_elements < kSplitWalkMinElements) return split;
+  if (threads < 2 || total_elements < kSplitWalkMinElements || (total_changes < kSplitWalkMinChanges && !forced))
+    return split;
   uint64_t before = 0;  // elements of the segments before s
   for (size_t s = 0; s < segs.size(); ++s) {
     const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
@@ -290,7 +292,8 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     return Status::Ok();
   };
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  const WalkSplit split = ChooseWalkSplit(segs, total_elements, threads);
+  const WalkSplit split = ChooseWalkSplit(segs, total_elements, total_expected, threads,
+                                          g_second_part_walker.load(std::memory_order_relaxed) != SecondPartWalker::kClaimed);
   if (split.use) return WalkInTwoParts(segs, bands, split, read_ordinals, st, expected, positions, also);
   auto walk_whole = [&] {
     DCR_RETURN_IF_ERROR(read_ordinals());

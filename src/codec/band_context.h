@@ -30,10 +30,11 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
-// sum of `expected`. With threads >= 2 and at least kSplitWalkMinElements elements, a helper
-// thread may walk part of the old bits (when it comes in time); positions and errors are the same
-// as with one thread. With threads >= 2, the helper also runs `also` (another section's decode)
-// if no thread has claimed it; the caller runs it afterwards if it is still unclaimed.
+// sum of `expected`. With threads >= 2, at least kSplitWalkMinElements elements and
+// kSplitWalkMinChanges changes, a helper thread may walk part of the old bits (when it comes in
+// time); positions and errors are the same as with one thread. With threads >= 2, the helper also
+// runs `also` (another section's decode) if no thread has claimed it; the caller runs it
+// afterwards if it is still unclaimed.
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads = 1, ClaimableTask* also = nullptr);
@@ -45,15 +46,19 @@ struct BandWalkSplitCounts {
 };
 BandWalkSplitCounts GetBandWalkSplitCounts();
 
-// Payloads with fewer elements decode on one thread: the hand-offs would cost more than half
-// the walk.
+// Payloads with fewer elements, or fewer changes, decode on one thread: a second thread would
+// cost more than it saves. Waking a sleeping helper takes 0.1-0.15 ms on the VMs measured, and
+// below about 16 Ki changes in 1.45 M elements the whole one-thread walk is 0.25-0.3 ms there,
+// so two threads were slower than one (`dcr bench codec` on the real pairs).
 inline constexpr uint64_t kSplitWalkMinElements = 256 * 1024;
+inline constexpr uint64_t kSplitWalkMinChanges = 16 * 1024;
 
 // For tests: who walks the second part of a split walk. kClaimed: whichever thread claims it
 // first (the default). kHelperPath: always as a helper does, counting populations first (on the
 // helper, or after the first part on the calling thread when the helper is late). kCallerWalksOn:
 // always the calling thread, walking on from the first part. So each path and its checks run
-// whatever the timing.
+// whatever the timing. Either of the last two also splits payloads with fewer than
+// kSplitWalkMinChanges changes.
 enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
 void SetSecondPartWalkerForTests(SecondPartWalker walker);
 
