@@ -14,7 +14,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/refit_lib.sh"
 
 ITER=${1:-52}
-SEED=${DCR_KILL_SEED:-$(date +%s)}
+SEED=${DCR_KILL_SEED:-$(( $(date +%s) ^ ($$ << 8) ))}  # the PID: two runs started together differ
 RANDOM=$SEED
 echo "seed $SEED (rerun with DCR_KILL_SEED=$SEED)"
 
