@@ -4,6 +4,7 @@
 
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -138,7 +139,11 @@ TEST(RunConcurrently, KeepsItsHelperBetweenCallsAndServesConcurrentCallers) {
 }
 
 // Pins the calling thread (and the helpers it starts) to one CPU while alive, so that a helper
-// woken by a call rarely starts before the caller's own quick work returns.
+// woken by a call rarely starts before the caller's own quick work returns. The tests below also
+// let the helpers fall asleep (they poll ~50 us after a task) before each call, so that a call
+// must wake one, which takes microseconds on any machine.
+void LetHelpersSleep() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
+
 class OneCpu {
  public:
   OneCpu() {
@@ -169,6 +174,7 @@ TEST(RunConcurrently, RunsASideNoHelperHasStartedOnTheCallerAfterMain) {
   const std::thread::id caller = std::this_thread::get_id();
   int on_caller = 0;
   for (int i = 0; i < 200; ++i) {
+    LetHelpersSleep();
     int runs = 0;
     bool main_done = false, side_after_main = false;
     std::thread::id where;
@@ -203,6 +209,7 @@ TEST(OfferToHelper, DropsASideNoHelperHasStartedAndClaimsSplitTheWork) {
   ASSERT_TRUE(pin.pinned());
   int dropped = 0;
   for (int i = 0; i < 200; ++i) {
+    LetHelpersSleep();
     // Two pieces of work, each claimed once: the side takes what main has not.
     ClaimOnce a, b;
     std::atomic<int> done_a{0}, done_b{0};
