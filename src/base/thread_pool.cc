@@ -195,4 +195,13 @@ Status OfferToHelper(const std::function<Status()>& side, const std::function<St
   return side_status.ok() ? main_status : side_status;
 }
 
+Status OfferClaimable(ClaimableTask& also, const std::function<Status()>& main) {
+  return OfferToHelper(
+      [&] {
+        (void)also.RunIfUnclaimed();  // its result is read through also, not returned
+        return Status::Ok();
+      },
+      main);
+}
+
 }  // namespace dcr

@@ -66,4 +66,9 @@ class ClaimableTask {
   Status result_;
 };
 
+// Runs `main` on the calling thread while a helper runs `also` unless some thread has claimed it
+// (OfferToHelper); returns main's status. `also` may still be unclaimed afterwards, when no helper
+// came in time: the caller runs it then (RunIfUnclaimed).
+Status OfferClaimable(ClaimableTask& also, const std::function<Status()>& main);
+
 }  // namespace dcr

@@ -120,6 +120,20 @@ Status WalkWhole(std::span<const ContextSegment> segs, const ContextBands& bands
 
 std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
 
+// The walk's part from the split through the last segment, given each band's population before
+// the split (`run`) and its ordinals placed before it.
+WalkPart PartAfter(const WalkSplit& split, size_t nseg, const BandWords& run, const BandWords& placed,
+                   const BandWords& count) {
+  WalkPart part;
+  part.from_seg = split.seg;
+  part.from_elem = split.elem;
+  part.seg_end = nseg;
+  part.run = run;
+  part.placed = placed;
+  part.limit = count;
+  return part;
+}
+
 // The walk split at `split` between the calling thread and a helper. The calling thread reads
 // the ordinals (read_ordinals) and walks the first part. The second part goes to whichever
 // thread claims it first: the helper, which must first count each band's population before the
@@ -159,15 +173,10 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
       for (int spins = 0; ordinals_state.load(std::memory_order_acquire) == kPending; ++spins)
         if (spins % 64 == 63) std::this_thread::yield();
       if (ordinals_state.load(std::memory_order_acquire) == kReady) {
-        second.from_seg = split.seg;
-        second.from_elem = split.elem;
-        second.seg_end = nseg;
-        second.run = split_run;
         for (size_t b = 0; b < kMaxContextBands; ++b)
           second_from[b] = static_cast<uint64_t>(
               std::lower_bound(st.ordinals[b], st.ordinals[b] + st.count[b], split_run[b]) - st.ordinals[b]);
-        second.placed = second_from;
-        second.limit = st.count;
+        second = PartAfter(split, nseg, split_run, second_from, st.count);
         ok_second = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, second_outs, &second, &filled_second);
       }
     }
@@ -192,13 +201,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
     main_walked_all = true;
     bool ok = ok_first;
     if (ok) {
-      WalkPart rest;
-      rest.from_seg = split.seg;
-      rest.from_elem = split.elem;
-      rest.seg_end = nseg;
-      rest.run = first.run;
-      rest.placed = first.placed;
-      rest.limit = st.count;
+      WalkPart rest = PartAfter(split, nseg, first.run, first.placed, st.count);
       rest.first_out = filled[split.seg];
       std::vector<uint64_t> room(expected.begin(), expected.end()), filled_rest(nseg, 0);
       room[split.seg] -= filled[split.seg];
@@ -300,17 +303,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     return WalkWhole(segs, bands, st, expected, positions);
   };
   if (threads < 2 || also == nullptr) return walk_whole();
-  Status status;
-  (void)OfferToHelper(
-      [&] {
-        (void)also->RunIfUnclaimed();
-        return Status::Ok();
-      },
-      [&] {
-        status = walk_whole();
-        return Status::Ok();
-      });
-  return status;
+  return OfferClaimable(*also, walk_whole);
 }
 
 }  // namespace dcr

@@ -294,19 +294,8 @@ Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
   if (layout.mode == CodecMode::kContextBands)
     return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs, threads, also)
         .WithContext("payload location section");
-  if (also != nullptr) {
-    Status status;
-    (void)OfferToHelper(
-        [&] {
-          (void)also->RunIfUnclaimed();
-          return Status::Ok();
-        },
-        [&] {
-          status = DecodeLocations(layout, in, position_outs, threads, nullptr);
-          return Status::Ok();
-        });
-    return status;
-  }
+  if (also != nullptr)
+    return OfferClaimable(*also, [&] { return DecodeLocations(layout, in, position_outs, threads, nullptr); });
   if (layout.mode == CodecMode::kContext)
     return DecodeContextLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
   std::span<const uint8_t> loc_rest = in.loc;
