@@ -156,8 +156,8 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
 
 // A band places its changes in a tile one by one (a vector search for the word and a one-bit
 // deposit each) when it has fewer changes than half the tile's words; more, and it deposits its
-// bitmap word by word (branch-free). Half was faster than a quarter or two thirds on every real
-// pair (`dcr bench codec`, 0.4-4.5 % change).
+// bitmap word by word (branch-free). Half was faster than a quarter or two thirds in one-thread
+// decodes of every real pair (0.4-4.5 % change, interleaved runs).
 constexpr uint64_t kSparseChangesPerWordNum = 1, kSparseChangesPerWordDen = 2;
 
 // A band's members in a tile before each word: [wd] for wd < words, then its total at [words],

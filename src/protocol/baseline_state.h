@@ -22,14 +22,11 @@
 
 #include "base/status.h"
 #include "format/checkpoint.h"
+#include "protocol/baseline_dir.h"
 #include "protocol/state_digest.h"
 #include "protocol/version.h"
 
 namespace dcr {
-
-inline constexpr int kBaselineFormat = 1;
-inline constexpr const char* kBaselineJson = "baseline.json";
-inline constexpr const char* kBaselineStagedDir = "staged";
 
 // xxh3-64 (seed 0) of the catalog serialized as, per entry in catalog order, all little-endian:
 // u32 name length, name bytes (UTF-8), u32 dtype-name length, dtype name (safetensors spelling:
