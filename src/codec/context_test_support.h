@@ -20,18 +20,13 @@
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
 #include "codec/payload_codec.h"
+#include "codec/payload_craft_test_support.h"
 #include "codec/section_coding.h"
 
 namespace dcr {
 namespace {
 
 using Context = EncodeOptions::Context;
-
-// Header field offsets (docs/format.md §2).
-enum : size_t {
-  kMagic = 0, kVersion = 4, kMode = 6, kBlockLog2 = 7, kTransfer = 8, kSegments = 24, kTableLen = 28,
-  kLocCodec = 32, kValCodec = 33, kLocRaw = 40, kLocStored = 48, kValRaw = 56, kValStored = 64,
-};
 
 const PayloadIdentity kIdentity{0xc0ffee, 4, 9};
 
@@ -42,8 +37,6 @@ uint64_t LoadElem(const std::vector<uint8_t>& v, size_t i, uint32_t w) {
 }
 void StoreElem(std::vector<uint8_t>& v, size_t i, uint32_t w, uint64_t x) { std::memcpy(v.data() + i * w, &x, w); }
 uint64_t MaskFor(uint32_t w) { return w == 8 ? ~0ull : (1ull << (8 * w)) - 1; }
-
-void Resign(std::vector<uint8_t>& p) { StoreLe(p.data() + p.size() - 8, XXH3_64bits(p.data(), p.size() - 8), 8); }
 
 const std::vector<DType>& AllDTypes() {
   static const std::vector<DType> v = {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kF8E4M3,
@@ -372,42 +365,10 @@ void ExpectRandomLocationEditsCorruptOrWellFormed(const World& w, const std::vec
   }
 }
 
-// Hand-built payloads: the format as documented, written without the encoder.
-std::vector<uint8_t> Seg(DType dtype, ValueKind kind, uint64_t tensor, uint64_t start, uint64_t count, uint64_t n) {
-  std::vector<uint8_t> t = {DTypeCode(dtype), static_cast<uint8_t>(kind)};
-  PutVarint(t, tensor);
-  PutVarint(t, start);
-  PutVarint(t, count);
-  PutVarint(t, n);
-  return t;
-}
-std::vector<uint8_t> Cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // A context-mode payload with raw sections and raw byte-plane values.
 std::vector<uint8_t> CraftContext(CodecMode mode, uint32_t segments, const std::vector<uint8_t>& table, const std::vector<uint8_t>& loc,
                                   const std::vector<uint8_t>& val) {
-  std::vector<uint8_t> p(kPayloadHeaderBytes, 0);
-  StoreLe(p.data() + kMagic, kPayloadMagic, 4);
-  StoreLe(p.data() + kVersion, kPayloadFormatVersion, 2);
-  p[kMode] = static_cast<uint8_t>(mode);
-  p[kBlockLog2] = 16;
-  StoreLe(p.data() + kTransfer, 5, 8);
-  StoreLe(p.data() + kSegments, segments, 4);
-  StoreLe(p.data() + kTableLen, table.size(), 4);
-  p[kValCodec] = static_cast<uint8_t>(ValueCodec::kPlanesRaw);
-  StoreLe(p.data() + kLocRaw, loc.size(), 8);
-  StoreLe(p.data() + kLocStored, loc.size(), 8);
-  StoreLe(p.data() + kValRaw, val.size(), 8);
-  StoreLe(p.data() + kValStored, val.size(), 8);
-  p.insert(p.end(), table.begin(), table.end());
-  p.insert(p.end(), loc.begin(), loc.end());
-  p.insert(p.end(), val.begin(), val.end());
-  p.resize(p.size() + 8);
-  Resign(p);
-  return p;
+  return CraftPayload(mode, 16, segments, table, loc, val);
 }
 
 
