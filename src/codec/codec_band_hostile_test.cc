@@ -82,13 +82,7 @@ TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
   const BandCode code = BandCode::Parse(raw);
   ASSERT_GE(code.k, 3) << "the fit should use several bands on exponent-dependent changes";
   ASSERT_EQ(code.Bytes(), raw);
-  {
-    DecodedPayload a, b;
-    ASSERT_TRUE(DecodePayload(c.p, &a, c.w.Lookup()).ok());
-    Status s = DecodePayload(WithLocationSection(c.p, raw), &b, c.w.Lookup());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ExpectSameSegments(a, b, "re-assembled");
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectReassembledDecodesAlike(c.w, c.p, raw));
   const auto kC = StatusCode::kCorrupt;
   auto decode = [&](const BandCode& k) { return DecodeWith(c.w, WithLocationSection(c.p, k.Bytes())); };
   auto decode_raw = [&](const std::vector<uint8_t>& loc) { return DecodeWith(c.w, WithLocationSection(c.p, loc)); };
@@ -126,18 +120,7 @@ TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
       if (b.count > 0) b.rice = rice;
     EXPECT_EQ(decode(k), kC) << "rice " << int{rice};
   }
-  // The bit stream: trailing bytes, a missing last byte, nothing at all.
-  for (uint8_t extra : {0x00, 0x01, 0xff}) {
-    auto loc = raw;
-    loc.push_back(extra);
-    EXPECT_EQ(decode_raw(loc), kC) << "trailing byte " << int{extra};
-  }
-  k = code;
-  k.bits.pop_back();
-  EXPECT_EQ(decode(k), kC) << "last bit byte missing";
-  k = code;
-  k.bits.clear();
-  EXPECT_EQ(decode(k), kC) << "no bits";
+  ExpectDamagedBitStreamsCorrupt(code, raw, decode, decode_raw);
   // Thresholds moved: the same counts and bits against other bands either misplace the ordinals
   // (past a band's population: corrupt) or decode to well-formed positions.
   PayloadLayout layout;

@@ -293,6 +293,34 @@ std::vector<uint8_t> WithLocationSection(const std::vector<uint8_t>& p, const st
   return q;
 }
 
+// The payload re-assembled with `loc` (its own location section, parsed and written back by a
+// test's helpers) decodes as the original does: the helpers are faithful.
+[[maybe_unused]] void ExpectReassembledDecodesAlike(const World& w, const std::vector<uint8_t>& p, const std::vector<uint8_t>& loc) {
+  DecodedPayload a, b;
+  ASSERT_TRUE(DecodePayload(p, &a, w.Lookup()).ok());
+  Status s = DecodePayload(WithLocationSection(p, loc), &b, w.Lookup());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectSameSegments(a, b, "re-assembled");
+}
+
+// A location code whose bit stream is damaged at its end (trailing bytes, its last byte missing,
+// no bits at all) is kCorrupt. `Code` has `bits` and `Bytes()` (BandCode, ClassCode); `decode`
+// and `decode_raw` decode the payload with a code, or with raw section bytes, to a status code.
+template <typename Code, typename Decode, typename DecodeRaw>
+void ExpectDamagedBitStreamsCorrupt(const Code& code, const std::vector<uint8_t>& raw, Decode decode,
+                                    DecodeRaw decode_raw) {
+  for (uint8_t extra : {0x00, 0x01, 0xff}) {
+    auto loc = raw;
+    loc.push_back(extra);
+    EXPECT_EQ(decode_raw(loc), StatusCode::kCorrupt) << "trailing byte " << int{extra};
+  }
+  Code k = code;
+  k.bits.pop_back();
+  EXPECT_EQ(decode(k), StatusCode::kCorrupt) << "last bit byte missing";
+  k.bits.clear();
+  EXPECT_EQ(decode(k), StatusCode::kCorrupt) << "no bits";
+}
+
 // `p` re-coded in legacy context mode 1 (one class per exponent value, context_coding.h), which
 // this build reads but no longer writes: the per-class code of the same changes, re-signed.
 std::vector<uint8_t> AsLegacyContextPayload(const World& w, const std::vector<uint8_t>& p) {
