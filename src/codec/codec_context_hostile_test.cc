@@ -106,7 +106,7 @@ TEST(LegacyContextHostile, ResignedBadClassTablesAreCorrupt) {
   k = code;
   k.entries.pop_back();
   EXPECT_EQ(decode(k, static_cast<int64_t>(code.entries.size())), kC) << "one entry missing";
-  ExpectDamagedBitStreamsCorrupt(code, raw, [&](const ClassCode& c) { return decode(c); }, decode_raw);
+  ExpectDamagedBitStreamsCorrupt(code, raw, decode, decode_raw);
   EXPECT_EQ(decode_raw({}), kC) << "empty section";
   // A class no old value belongs to: its ordinals lie past its (empty) population.
   {
