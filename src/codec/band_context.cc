@@ -288,7 +288,15 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
     std::fill_n(bitmaps.begin(), map_at[kMaxContextBands], 0);
     for (size_t b = 0; b < kMaxContextBands; ++b) {
       uint64_t* map = bitmaps.data() + map_at[b];
-      for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) map[ordinals[i] >> 6] |= uint64_t{1} << (ordinals[i] & 63);
+      // A band's ordinals ascend, so each word's bits are gathered in a register and the word is
+      // stored whole: an |= in memory per ordinal would chain through store forwarding.
+      uint64_t word = ~uint64_t{0}, bits_of_word = 0;
+      for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) {
+        const uint64_t w = ordinals[i] >> 6;
+        bits_of_word = (w == word ? bits_of_word : 0) | uint64_t{1} << (ordinals[i] & 63);
+        map[w] = bits_of_word;
+        word = w;
+      }
       st.ordinals[b] = ordinals.data() + offset[b];
       st.bitmap[b] = map;
     }

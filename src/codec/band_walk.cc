@@ -178,6 +178,23 @@ HWY_INLINE size_t WordOfMember(const BandPrefix& pre, int16_t local) {
   return kTileWords - 1 - after;
 }
 
+// The end of the run of ord[p, n) (ascending) below `end`: a vector of ordinals per step, so
+// that the scan ends with one mispredicted branch per band and tile instead of one per change.
+// Ordinals are below 2^63 (they index elements), so they compare as signed lanes.
+HWY_INLINE uint64_t OrdinalsBelow(const uint64_t* ord, uint64_t p, uint64_t n, uint64_t end) {
+  const hn::CappedTag<int64_t, 8> d;
+  const size_t lanes = hn::Lanes(d);
+  const auto e = hn::Set(d, static_cast<int64_t>(end));
+  const auto* o = reinterpret_cast<const int64_t*>(ord);
+  uint64_t q = p;
+  for (; q + lanes <= n; q += lanes) {
+    const size_t below = hn::CountTrue(d, hn::Lt(hn::LoadU(d, o + q), e));
+    if (below < lanes) return q + below;
+  }
+  while (q < n && ord[q] < end) ++q;
+  return q;
+}
+
 // `count` (<= 64) bits of `bitmap` from bit `at` on, as the low bits of a word. Reads words
 // at / 64 and at / 64 + 1.
 HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
@@ -228,8 +245,8 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
         const uint64_t r0 = run[b], end = r0 + static_cast<uint64_t>(members);
         run[b] = end;
         const uint64_t* ord = ordinals[b];
-        uint64_t p = (*placed)[b], q = p;  // the band's ordinals in this tile: [p, q)
-        while (q < count[b] && ord[q] < end) ++q;
+        uint64_t p = (*placed)[b];  // the band's ordinals in this tile: [p, q)
+        const uint64_t q = OrdinalsBelow(ord, p, count[b], end);
         if (q == p) continue;
         (*placed)[b] = q;
         if ((q - p) * kSparseChangesPerWordDen < words * kSparseChangesPerWordNum) {
@@ -246,22 +263,27 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
           hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + static_cast<uint64_t>(pre.before[wd]), c), m, fast_pdep);
         }
       }
+      // The tile's changes, and which words hold any: the loop below visits only those.
+      uint64_t nonzero = 0, changes = 0;
       for (size_t wd = 0; wd < words; ++wd) {
-        uint64_t h = hit[wd];
-        if (h == 0) continue;
-        const uint64_t c = static_cast<uint64_t>(PopCount64(h));
-        if (c > room) {
-          ok = false;
-          break;
-        }
-        room -= c;
-        const uint32_t at = static_cast<uint32_t>(tile + 64 * wd);
-        if (room >= 3) {
-          // Four slots per step, so that the loop's exit is predictable (one step for up to four
-          // changes in the word) where a step per set bit would mispredict once per word. Past
-          // the last set bit, bit 63 stands in: up to three slots of the segment's room are
-          // written early and overwritten later. Never past the room: another part's positions
-          // may follow it.
+        nonzero |= static_cast<uint64_t>(hit[wd] != 0) << wd;
+        changes += static_cast<uint64_t>(PopCount64(hit[wd]));
+      }
+      if (changes > room) {
+        ok = false;
+        break;
+      }
+      room -= changes;
+      if (room >= 3) {
+        // Four slots per step, so that the loop's exit is predictable (one step for up to four
+        // changes in a word) where a step per set bit would mispredict once per word. Past a
+        // word's last set bit, bit 63 stands in: up to three slots after the tile's changes are
+        // written early and overwritten later, within the segment's room (>= 3 after the tile).
+        // Never past the room: another part's positions may follow it.
+        for (; nonzero != 0; nonzero &= nonzero - 1) {
+          const size_t wd = static_cast<size_t>(__builtin_ctzll(nonzero));
+          const uint32_t at = static_cast<uint32_t>(tile + 64 * wd);
+          uint64_t h = hit[wd];
           uint32_t* o = out;
           do {
             for (int u = 0; u < 4; ++u) {
@@ -270,9 +292,13 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
             }
             o += 4;
           } while (h != 0);
-          out += c;
-        } else {
-          for (; h != 0; h &= h - 1) *out++ = at + static_cast<uint32_t>(__builtin_ctzll(h));
+          out += PopCount64(hit[wd]);
+        }
+      } else {
+        for (; nonzero != 0; nonzero &= nonzero - 1) {
+          const size_t wd = static_cast<size_t>(__builtin_ctzll(nonzero));
+          const uint32_t at = static_cast<uint32_t>(tile + 64 * wd);
+          for (uint64_t h = hit[wd]; h != 0; h &= h - 1) *out++ = at + static_cast<uint32_t>(__builtin_ctzll(h));
         }
       }
     }

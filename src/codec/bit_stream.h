@@ -230,6 +230,46 @@ class BitReader {
     }
     return GetRiceAfterRefill(r, limit);
   }
+  // n Rice codes with parameter r (<= 30) and quotients <= limit, each passed to take(code),
+  // which returns false to stop early. Reads what n GetRiceFast calls would, but keeps the window
+  // in locals across the loop: as members, the window is stored and reloaded for every code
+  // (the out-of-line slow case takes `this`), which lengthens the loop's dependency chain.
+  // Returns false if take stopped or the input ran out (overrun() then tells which). Always
+  // inlined, so that what `take` captures stays in registers too.
+  template <class Take>
+  [[gnu::always_inline]] inline bool GetRiceRun(uint64_t n, int r, uint64_t limit, Take&& take) {
+    uint64_t acc = acc_;
+    int fill = fill_;
+    size_t pos = pos_;
+    const uint8_t* const data = b_.data();
+    const size_t size = b_.size();
+    const uint64_t low_mask = (uint64_t{1} << r) - 1;
+    for (uint64_t j = 0; j < n; ++j) {
+      uint64_t code;
+      const int ones = size - pos >= 8 ? std::countr_one(acc |= LoadWord(data + pos) << fill) : -1;
+      if (ones >= 0) {
+        pos += static_cast<size_t>((63 - fill) >> 3);  // as RefillWindow: fill now 56..63
+        fill |= 56;
+      }
+      const int total = ones + 1 + r;  // <= fill <= 63 when taken, so acc >> total is defined
+      if (ones >= 0 && total <= fill && static_cast<uint64_t>(ones) <= limit) {
+        code = static_cast<uint64_t>(ones) << r | ((acc >> ones) >> 1 & low_mask);
+        acc >>= total;
+        fill -= total;
+      } else {
+        acc_ = acc, fill_ = fill, pos_ = pos;
+        code = GetRice(r, limit);
+        if (overrun_) return false;
+        acc = acc_, fill = fill_, pos = pos_;
+      }
+      if (!take(code)) {
+        acc_ = acc, fill_ = fill, pos_ = pos;
+        return false;
+      }
+    }
+    acc_ = acc, fill_ = fill, pos_ = pos;
+    return true;
+  }
   bool overrun() const { return overrun_; }
   // Bytes consumed so far, counting a partially read byte as whole.
   size_t bytes_consumed() const { return pos_ - static_cast<size_t>(fill_ / 8); }
@@ -248,6 +288,12 @@ class BitReader {
       return static_cast<uint64_t>(ones) << r | low;
     }
     return GetRiceInParts(r, limit);
+  }
+  // 8 input bytes from p as one word, as RefillWindow reads them.
+  static uint64_t LoadWord(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
   }
   // Out of line, so that the one-step read above inlines into hot loops.
   [[gnu::noinline]] uint64_t GetRiceInParts(int r, uint64_t limit) {

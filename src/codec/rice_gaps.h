@@ -40,15 +40,13 @@ inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).
 // False (nothing else promised of out) if the stream runs out or an ordinal reaches `limit`.
 inline bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
-  const uint64_t qlimit = limit >> r;
   uint64_t next = 0;  // <= limit
-  for (uint64_t j = 0; j < n; ++j) {
-    const uint64_t g = bits.GetRiceFast(r, qlimit);
-    if (bits.overrun() || g >= limit - next) return false;
-    out[j] = next + g;
+  return bits.GetRiceRun(n, r, limit >> r, [&](uint64_t g) {
+    if (g >= limit - next) return false;
+    *out++ = next + g;
     next += g + 1;
-  }
-  return true;
+    return true;
+  });
 }
 
 }  // namespace dcr
