@@ -190,6 +190,28 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
       ASSERT_EQ(fast.bytes_consumed(), slow.bytes_consumed()) << "rep " << rep << " code " << i;
       ASSERT_EQ(window.bytes_consumed(), slow.bytes_consumed()) << "rep " << rep << " code " << i;
     }
+    // GetRiceRun (the window in registers) reads the codes GetRice reads, stops where it overruns,
+    // and, stopped early by its callback, has consumed exactly the codes taken.
+    BitReader ref(buf), run(buf), stopped(buf), stopped_ref(buf);
+    std::vector<uint64_t> want_codes, got_codes;
+    for (int i = 0; i < 60; ++i) {
+      const uint64_t c = ref.GetRice(r, limit);
+      if (ref.overrun()) break;
+      want_codes.push_back(c);
+    }
+    const bool all = run.GetRiceRun(60, r, limit, [&](uint64_t c) {
+      got_codes.push_back(c);
+      return true;
+    });
+    ASSERT_EQ(got_codes, want_codes) << "rep " << rep;
+    ASSERT_EQ(all, want_codes.size() == 60) << "rep " << rep;
+    ASSERT_EQ(run.overrun(), ref.overrun()) << "rep " << rep;
+    if (!ref.overrun()) ASSERT_EQ(run.bytes_consumed(), ref.bytes_consumed()) << "rep " << rep;
+    const size_t take = std::min<size_t>(want_codes.size(), 1 + rng() % 20);
+    size_t taken = 0;
+    ASSERT_FALSE(stopped.GetRiceRun(60, r, limit, [&](uint64_t) { return ++taken < take; })) << "rep " << rep;
+    for (size_t i = 0; i < taken; ++i) stopped_ref.GetRice(r, limit);
+    if (!stopped.overrun()) ASSERT_EQ(stopped.bytes_consumed(), stopped_ref.bytes_consumed()) << "rep " << rep;
   }
 }
 
