@@ -38,7 +38,13 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     uint32_t* pos = out->positions.data() + have;
     uint8_t* val = out->values.data() + have * sizeof(U);
     have += differ;
-    for (size_t w = 0; w < (tn + 63) / 64; ++w)
+    // Only the words holding changes are visited: a test per word would mispredict often at
+    // the usual 0.5-5 % change (a word of 64 elements holds one about a quarter to all of the time).
+    const size_t words = (tn + 63) / 64;
+    uint64_t nonzero = 0;
+    for (size_t w = 0; w < words; ++w) nonzero |= static_cast<uint64_t>(masks[w] != 0) << w;
+    for (; nonzero != 0; nonzero &= nonzero - 1) {
+      const size_t w = static_cast<size_t>(__builtin_ctzll(nonzero));
       for (uint64_t m = masks[w]; m != 0;) {
         size_t step = 0;
         for (int u = 0; u < 4; ++u) {
@@ -57,6 +63,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
         pos += step;
         val += step * sizeof(U);
       }
+    }
   }
   out->positions.resize(have);
   out->values.resize(have * sizeof(U));
