@@ -18,14 +18,6 @@
 namespace dcr {
 namespace {
 
-// A per-thread buffer of at least n words, reused across payloads: a fresh buffer of this size
-// (8 bytes per change) would be page-faulted in for every payload.
-std::vector<uint64_t>& ScratchWords(uint64_t n) {
-  thread_local std::vector<uint64_t> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch;
-}
-
 // A tile's words: DecodeBandWalk reads up to this many plus one past a band bitmap's last set bit's word.
 constexpr uint64_t kTileWordsAfter = kMaskTileElements / 64;
 
@@ -35,55 +27,12 @@ std::atomic<uint64_t> g_split_walks{0}, g_split_fallbacks{0};
 
 BandWalkSplitCounts GetBandWalkSplitCounts() { return {g_split_walks.load(), g_split_fallbacks.load()}; }
 
-void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out) {
-  const FittedBands fit = FitContextBands(segs, positions);
-  const size_t k = static_cast<size_t>(fit.bands.k);
-  std::array<uint64_t, kMaxContextBands> offset{}, population;
-  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
-  std::vector<uint64_t>& gaps = ScratchWords(offset[kMaxContextBands - 1] + fit.changes[kMaxContextBands - 1]);
-  EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), &population);
-
-  out->push_back(static_cast<uint8_t>(k));
-  for (size_t i = 0; i + 1 < k; ++i) out->push_back(fit.bands.t[i]);
-  std::array<int, kMaxContextBands> rice{};
-  for (size_t b = 0; b < k; ++b) {
-    const std::span<const uint64_t> g(gaps.data() + offset[b], fit.changes[b]);
-    PutVarint(*out, g.size());
-    if (g.empty()) continue;
-    rice[b] = BestRiceParameter(g, population[b]);
-    out->push_back(static_cast<uint8_t>(rice[b]));
-  }
-  BitWriter w(*out);
-  for (size_t b = 0; b < k; ++b) PutRiceGaps(w, std::span<const uint64_t>(gaps.data() + offset[b], fit.changes[b]), rice[b]);
-  w.Flush();
-}
-
 namespace {
-
-// Where two threads split the decoder's walk: the first part is the elements before element
-// `elem` (a tile start) of segment `seg`, the second the rest.
-struct WalkSplit {
-  bool use = false;
-  size_t seg = 0;
-  uint64_t elem = 0;
-};
 
 WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_elements, uint64_t total_changes,
                           int threads, bool forced) {
-  WalkSplit split;
-  if (threads < 2 || total_elements < kSplitWalkMinElements || (total_changes < kSplitWalkMinChanges && !forced))
-    return split;
-  uint64_t before = 0;  // elements of the segments before s
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
-    if (before + n > total_elements / 2) {
-      split = {true, s, (total_elements / 2 - before) / kMaskTileElements * kMaskTileElements};
-      return split;
-    }
-    before += n;
-  }
-  return split;
+  if (threads < 2 || total_elements < kSplitWalkMinElements || (total_changes < kSplitWalkMinChanges && !forced)) return {};
+  return HalfwayTileSplit(segs, total_elements);
 }
 
 // Each band's changed ordinals, as DecodeBandWalk takes them (band_walk.h), and their counts.
@@ -236,6 +185,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
 }  // namespace
 
 void SetSecondPartWalkerForTests(SecondPartWalker walker) { g_second_part_walker.store(walker); }
+SecondPartWalker GetSecondPartWalkerForTests() { return g_second_part_walker.load(std::memory_order_relaxed); }
 
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,

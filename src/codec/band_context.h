@@ -24,9 +24,13 @@
 namespace dcr {
 
 // Appends the banded code of the changed positions (positions[i] ascending, relative to segment
-// i, at least one in all) to `out`. Deterministic: a function of the segments' bytes only.
+// i, at least one in all) to `out`. Deterministic: a function of the segments' bytes only, the
+// same with any thread count. With threads >= 2 and at least kSplitWalkMinElements elements, a
+// helper thread may walk the second half of the old bits; with threads >= 2 the helper also runs
+// `also` (another section's encode) if no thread has claimed it; the caller runs it afterwards if
+// it is still unclaimed. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out);
+                           std::vector<uint8_t>* out, int threads = 1, ClaimableTask* also = nullptr);
 
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
@@ -59,8 +63,11 @@ inline constexpr uint64_t kSplitWalkMinChanges = 16 * 1024;
 // always the calling thread, walking on from the first part. So each path and its checks run
 // whatever the timing. Either of the last two also splits payloads with fewer than
 // kSplitWalkMinChanges changes.
+// The encoder's split walks (EncodeBandedLocations) follow the same setting; its second part
+// needs no population count, so kHelperPath there only means that the helper walks it.
 enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
 void SetSecondPartWalkerForTests(SecondPartWalker walker);
+SecondPartWalker GetSecondPartWalkerForTests();
 
 
 }  // namespace dcr

@@ -90,22 +90,23 @@ const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, u
   return pos;
 }
 
-// Each band's gaps (in band ordinals): band b's go to gaps[offset[b]...] in position order.
-// *population = each band's population.
-void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
+// EncodeBandWalk of band_walk.h, for this target.
+EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                             const ContextBands& bands, const BandWords& offset, uint64_t* gaps,
+                             const EncodeWalkPart& part) {
   const size_t k = static_cast<size_t>(bands.k);
   const std::array<uint8_t, 256> band_of = BandTable(bands);
   EncodeCursor cur;
   for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
   TileRows rows;
-  for (size_t s = 0; s < segs.size(); ++s) {
+  for (size_t s = part.from_seg; s < part.seg_end; ++s) {
     const ContextClassFn f = ContextClassFor(segs[s].dtype);
     const uint32_t w = DTypeWidth(segs[s].dtype);
-    const uint64_t n = segs[s].base.size() / w;
+    const uint64_t size = segs[s].base.size() / w;
+    const uint64_t n = s + 1 == part.seg_end ? std::min(size, part.end_elem) : size;
     const uint32_t* pos = positions[s].data();
     const uint32_t* end = pos + positions[s].size();
-    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
+    for (uint64_t tile = s == part.from_seg ? part.from_elem : 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
       LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
       switch (w) {
@@ -116,7 +117,11 @@ void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::s
       }
     }
   }
-  *population = cur.run;
+  EncodeWalkEnd done;
+  done.population = cur.run;
+  done.next = cur.next;
+  for (size_t b = 0; b < kMaxContextBands; ++b) done.written[b] = static_cast<uint64_t>(cur.out[b] - (gaps + offset[b]));
+  return done;
 }
 
 // The (j+1)-th lowest set bit of `m` (which has more than j set bits), without BMI2: byte
@@ -368,9 +373,10 @@ std::atomic<bool> g_portable_deposit{false};
 
 void ForcePortableBitDeposit(bool portable) { g_portable_deposit.store(portable); }
 
-void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population) {
-  HWY_DYNAMIC_DISPATCH(EncodeBandWalk)(segs, positions, bands, offset, gaps, population);
+EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                             const ContextBands& bands, const BandWords& offset, uint64_t* gaps,
+                             const EncodeWalkPart& part) {
+  return HWY_DYNAMIC_DISPATCH(EncodeBandWalk)(segs, positions, bands, offset, gaps, part);
 }
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,

@@ -10,16 +10,32 @@
 
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
+#include "codec/simd_masks.h"
 
 namespace dcr {
 
 using BandWords = std::array<uint64_t, kMaxContextBands>;
 
-// Encoder: each band's gaps (in band ordinals) of the changed positions (positions[s] ascending,
-// relative to segment s): band b's go to gaps[offset[b]...] in position order. *population =
-// each band's population.
-void EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                    const ContextBands& bands, const BandWords& offset, uint64_t* gaps, BandWords* population);
+// A run of consecutive tiles for EncodeBandWalk: from element `from_elem` (a tile start) of
+// segment `from_seg` through segment `seg_end` - 1, of which only the elements before `end_elem`
+// (when smaller than its size).
+struct EncodeWalkPart {
+  size_t from_seg = 0, seg_end = 0;
+  uint64_t from_elem = 0, end_elem = ~uint64_t{0};
+};
+
+// Where an encoder walk over a part ended, per band: its population in the part, one past the
+// last changed ordinal (0 if none; ordinals counted from the part's start) and the gaps written.
+struct EncodeWalkEnd {
+  BandWords population{}, next{}, written{};
+};
+
+// Encoder: each band's gaps (in band ordinals counted from the part's start) of the changed
+// positions in `part` (positions[s] ascending, relative to segment s, and within the part):
+// band b's go to gaps[offset[b]...] in position order.
+EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                             const ContextBands& bands, const BandWords& offset, uint64_t* gaps,
+                             const EncodeWalkPart& part);
 
 // A run of consecutive tiles of the payload for DecodeBandWalk: from element `from_elem` (a tile
 // start) of segment `from_seg` through segment `seg_end` - 1, of which only the elements before
@@ -53,6 +69,34 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
 // `seg`: all of the segments before it and the first end_elem elements of seg.
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
                           BandWords* population);
+
+// A per-thread buffer of at least n words, reused across payloads (by the encoder's and the
+// decoder's band code alike): a fresh buffer of this size (8 bytes per change) would be
+// page-faulted in for every payload.
+inline std::vector<uint64_t>& ScratchWords(uint64_t n) {
+  thread_local std::vector<uint64_t> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch;
+}
+
+// Where two threads split a walk: the first part is the elements before element `elem` (a tile
+// start) of segment `seg`, the second the rest.
+struct WalkSplit {
+  bool use = false;
+  size_t seg = 0;
+  uint64_t elem = 0;
+};
+
+// The split at the tile start nearest below half of the segments' `total_elements` elements.
+inline WalkSplit HalfwayTileSplit(std::span<const ContextSegment> segs, uint64_t total_elements) {
+  uint64_t before = 0;  // elements of the segments before s
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
+    if (before + n > total_elements / 2) return {true, s, (total_elements / 2 - before) / kMaskTileElements * kMaskTileElements};
+    before += n;
+  }
+  return {};
+}
 
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
 void ForcePortableBitDeposit(bool portable);

@@ -285,27 +285,35 @@ TEST(ConcurrentDecode, TwoThreadsGiveTheSameChangesAndTheSameErrorsAsOne) {
   }
 }
 
+// Payloads whose walks two threads split (at least kSplitWalkMinElements elements): inside the
+// first segment, inside a later one and on a segment boundary, with few and many changes.
+struct SplitSeg {
+  DType dtype;
+  uint64_t n;
+  double density;
+};
+const std::vector<std::vector<SplitSeg>> kSplitLayouts = {
+    {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},                             // split in segment 1
+    {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},                           // on the boundary
+    {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},  // segment 1 of 3
+    {{DType::kBF16, 280000, 0.2}}};                                                          // one segment
+
+World SplitWorld(const std::vector<SplitSeg>& layout, std::mt19937_64& rng, std::vector<SegmentSpec>* specs) {
+  World w;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const SplitSeg& g = layout[i];
+    w.Add(static_cast<uint32_t>(i + 1), g.dtype, g.n, rng, 0, g.n, g.density);
+    specs->push_back({static_cast<uint32_t>(i + 1), g.dtype, ValueKind::kXor, 0, g.n});
+  }
+  return w;
+}
+
 // The body of the test below, for one setting of SetSecondPartWalkerForTests.
 void ExpectSplitWalksAgree(SecondPartWalker walker) {
-  struct Seg {
-    DType dtype;
-    uint64_t n;
-    double density;
-  };
-  const std::vector<std::vector<Seg>> layouts = {
-      {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},                                // split in segment 1
-      {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},                              // on the boundary
-      {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},     // segment 1 of 3
-      {{DType::kBF16, 280000, 0.2}}};                                                             // one segment
   std::mt19937_64 rng(77);
-  for (size_t l = 0; l < layouts.size(); ++l) {
-    World w;
+  for (size_t l = 0; l < kSplitLayouts.size(); ++l) {
     std::vector<SegmentSpec> specs;
-    for (size_t i = 0; i < layouts[l].size(); ++i) {
-      const Seg& g = layouts[l][i];
-      w.Add(static_cast<uint32_t>(i + 1), g.dtype, g.n, rng, 0, g.n, g.density);
-      specs.push_back({static_cast<uint32_t>(i + 1), g.dtype, ValueKind::kXor, 0, g.n});
-    }
+    const World w = SplitWorld(kSplitLayouts[l], rng, &specs);
     const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
     const std::string what = "layout " + std::to_string(l);
     const BandWalkSplitCounts before = GetBandWalkSplitCounts();
@@ -351,6 +359,39 @@ TEST(ConcurrentDecode, TheContextWalkSplitAnywhereGivesTheSameChangesAndErrorsAs
     ExpectSplitWalksAgree(walker);
     SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   }
+}
+
+// The context encoder's walk split between two threads (each layout above; and one band's
+// changes all before the split, another's all after it): the bytes of one thread, whichever
+// thread walks the second part, for both context choices.
+TEST(ConcurrentEncode, TheContextWalkSplitAnywhereGivesTheBytesOfOneThread) {
+  std::mt19937_64 rng(79);
+  std::vector<std::pair<World, std::vector<SegmentSpec>>> worlds;
+  for (const auto& layout : kSplitLayouts) {
+    std::vector<SegmentSpec> specs;
+    World w = SplitWorld(layout, rng, &specs);
+    worlds.emplace_back(std::move(w), specs);
+  }
+  World w;
+  auto exponent = [](uint64_t bits) { return (bits >> 7) & 0xff; };
+  w.Add(1, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.03 : 0.0; });
+  w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.0 : 0.03; });
+  worlds.emplace_back(std::move(w), std::vector<SegmentSpec>{{1, DType::kBF16, ValueKind::kXor, 0, 150000},
+                                                             {2, DType::kBF16, ValueKind::kXor, 0, 150000}});
+  for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
+    SetSecondPartWalkerForTests(walker);
+    for (size_t i = 0; i < worlds.size(); ++i)
+      for (Context mode : {Context::kAlways, Context::kWhenSmaller}) {
+        const auto& [world, specs] = worlds[i];
+        // Two threads first: per-thread buffers then hold another payload's gaps, not these.
+        const std::vector<uint8_t> two = world.Encode(specs, With(mode), nullptr, 2), one = world.Encode(specs, With(mode));
+        EXPECT_EQ(one, two) << "walker " << static_cast<int>(walker) << " payload " << i << " mode " << static_cast<int>(mode);
+        DecodedPayload d;
+        ASSERT_TRUE(DecodePayload(two, &d, world.Lookup(), 1).ok()) << i;
+        ASSERT_NO_FATAL_FAILURE(world.ExpectApplies(d, "payload " + std::to_string(i)));
+      }
+  }
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
 }
 
 // A band whose changes all lie before the split: the first part stops counting it once they are

@@ -128,12 +128,13 @@ struct World {
   }
 
   // Encodes `specs` (ascending) with `opt`; returns the payload and the number of changes.
-  std::vector<uint8_t> Encode(const std::vector<SegmentSpec>& specs, const EncodeOptions& opt, uint64_t* changed = nullptr) const {
+  std::vector<uint8_t> Encode(const std::vector<SegmentSpec>& specs, const EncodeOptions& opt, uint64_t* changed = nullptr,
+                              int threads = 1) const {
     PayloadBuilder b(opt);
     for (const SegmentSpec& s : specs) b.AddDiff(s, Seg(base.at(s.tensor_index), s), Seg(next.at(s.tensor_index), s));
     if (changed) *changed = b.changed();
     std::vector<uint8_t> p;
-    if (b.segments() > 0) b.Finish(kIdentity, &p);
+    if (b.segments() > 0) b.Finish(kIdentity, &p, threads);
     return p;
   }
 

@@ -70,7 +70,7 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
 
 // Fills loc_raw_ with the payload's location code and returns its mode: context mode when allowed
 // and smaller (both location codes are near-incompressible, so their raw sizes decide).
-CodecMode PayloadBuilder::ChooseLocationCode() {
+CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
   if (options_.context != EncodeOptions::Context::kNever) {
     std::vector<std::span<const uint32_t>> per_segment;
     size_t from = 0;
@@ -79,7 +79,7 @@ CodecMode PayloadBuilder::ChooseLocationCode() {
       from = end;
     }
     context_raw_.clear();
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_);
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, threads, also);
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
     uint64_t loc_bound = 0, plain_at_least = 0;
@@ -123,27 +123,25 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   ValueCodec val_codec = ValueCodec::kPlanesRaw;
   size_t loc_at = 0, val_at = 0;
   SectionCodec loc_codec = SectionCodec::kRaw;
-  auto locations = [&] {
-    mode = ChooseLocationCode();
-    loc_at = out->size();
-    loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
-    return Status::Ok();
-  };
   // The sections are independent: where the location code is still to be made (context mode
-  // possible), a second thread codes the values into their own buffer meanwhile. A plain-only
-  // code was made segment by segment in AddChanges, and nothing here would overlap the values.
-  if (threads >= 2 && changed_ >= kConcurrentSectionsMinChanges && options_.context != EncodeOptions::Context::kNever) {
-    values_.clear();
-    (void)RunConcurrently(
-        [&] {
-          val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
-          return Status::Ok();
-        },
-        locations);
+  // possible), a second thread codes the values into their own buffer meanwhile, and may walk
+  // half of the old bits for the banded code. A plain-only code was made segment by segment in
+  // AddChanges, and nothing here would overlap the values.
+  const bool share_values = threads >= 2 && changed_ >= kConcurrentSectionsMinChanges &&
+                            options_.context != EncodeOptions::Context::kNever;
+  values_.clear();
+  ClaimableTask values_task([&] {
+    val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
+    return Status::Ok();
+  });
+  mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
+  loc_at = out->size();
+  loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
+  if (share_values) {
+    (void)values_task.RunIfUnclaimed();
     val_at = out->size();
     out->insert(out->end(), values_.begin(), values_.end());
   } else {
-    (void)locations();
     val_at = out->size();
     val_codec = EncodeValues(runs_, options_.zstd_level, out);
   }

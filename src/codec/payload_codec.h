@@ -95,13 +95,15 @@ class PayloadBuilder {
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }
   // Appends the payload to `out` (at least one segment required) and resets the builder. With
-  // threads >= 2, at least kConcurrentSectionsMinChanges changes and context mode allowed, the
-  // value section is coded on a second thread while the location code is chosen; the bytes are
-  // the same.
+  // threads >= 2 and context mode allowed, a second thread may walk half of the old bits for the
+  // banded location code (EncodeBandedLocations) and, with at least
+  // kConcurrentSectionsMinChanges changes, code the value section meanwhile; the bytes are the
+  // same.
   void Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out, int threads = 1);
 
  private:
-  CodecMode ChooseLocationCode();
+  // With threads >= 2, EncodeBandedLocations's helper may run `also` (the value section).
+  CodecMode ChooseLocationCode(int threads, ClaimableTask* also);
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: values, segment after segment
