@@ -41,7 +41,8 @@ uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_
   return changes_.size();
 }
 
-void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base) {
+void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base,
+                                std::span<const uint8_t> coded_locations) {
   const uint32_t w = DTypeWidth(spec.dtype);
   DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
   DCR_CHECK(options_.context == EncodeOptions::Context::kNever || base.size() == spec.count * w);
@@ -55,8 +56,12 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   PutVarint(table_, changes.size());
   // With context mode possible, the plain code is written in Finish only if it is chosen.
   if (options_.context == EncodeOptions::Context::kNever) {
-    EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
+    if (coded_locations.empty())
+      EncodeLocations(changes.positions, spec.count, options_.block_log2, &loc_raw_);
+    else
+      loc_raw_.insert(loc_raw_.end(), coded_locations.begin(), coded_locations.end());
   } else {
+    DCR_CHECK(coded_locations.empty());
     context_segments_.push_back({spec.dtype, base});
     position_ends_.push_back(positions_.size() + changes.size());
     positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());

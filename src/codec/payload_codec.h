@@ -89,8 +89,11 @@ class PayloadBuilder {
   uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next,
                    const DiffChunkFn& on_chunk = {});
   // Adds a segment from an already computed, non-empty change set. `base` (the segment's old
-  // bytes) is needed unless context is kNever; it must stay valid until Finish.
-  void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {});
+  // bytes) is needed unless context is kNever; it must stay valid until Finish. With context
+  // kNever, `coded_locations`, if not empty, must be EncodeLocations(changes.positions,
+  // spec.count, options.block_log2) made beforehand (by another thread): it is appended as is.
+  void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {},
+                  std::span<const uint8_t> coded_locations = {});
 
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }

@@ -6,6 +6,7 @@
 
 #include "base/thread_pool.h"
 #include "codec/diff.h"
+#include "codec/location_coding.h"
 
 namespace dcr {
 
@@ -63,10 +64,12 @@ PayloadPlan PlanPayloads(const Catalog& catalog, uint64_t capacity) {
 
 namespace {
 
-// A segment diffed ahead of the builder (by the second thread) and its digest delta.
+// A segment diffed ahead of the builder (by the second thread), its digest delta and, for a
+// plain-only payload, its location code.
 struct DiffedSegment {
   ChangeSet changes;
   Digest128 digest;
+  std::vector<uint8_t> locations;
 };
 
 // Where the segments are cut for two threads: the first segment that starts at or past half the
@@ -137,10 +140,12 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     }
     return Status::Ok();
   };
-  // With a second thread, it diffs and digests the later half of the segments while this one
-  // adds the earlier half; the builder then takes the later ones in order, so the bytes are the
-  // same as from one thread. Finish uses the second thread again for the value section.
+  // With a second thread, it diffs and digests the later half of the segments (and codes their
+  // locations, for a plain-only payload) while this one adds the earlier half; the builder then
+  // takes the later ones in order, so the bytes are the same as from one thread. Finish uses the
+  // second thread again for the banded location walk and the value section.
   const size_t split = threads >= 2 ? SplitForTwoThreads(segments) : 0;
+  const bool plain_only = encode.context == EncodeOptions::Context::kNever;
   if (split == 0) {
     (void)add_through(segments.size());
   } else {
@@ -154,6 +159,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
             d.digest = Digest128{};
             DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
                          &d.changes, digest_runs(seg, &d.digest));
+            // A plain-only payload codes each segment's locations on its own: this thread codes
+            // its segments', which the builder then appends as they are.
+            d.locations.clear();
+            if (plain_only && d.changes.size() > 0) EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
           }
           return Status::Ok();
         },
@@ -162,7 +171,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       const PlannedSegment& seg = segments[i];
       const DiffedSegment& d = ahead[i - split];
       if (d.changes.size() == 0) continue;
-      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg));
+      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg), d.locations);
       add_digest(seg.tensor, d.digest);
     }
   }
