@@ -231,11 +231,12 @@ class BitReader {
     return GetRiceAfterRefill(r, limit);
   }
   // n Rice codes with parameter r (<= 30) and quotients <= limit, each passed to take(code),
-  // which returns false to stop early. Reads what n GetRiceFast calls would, but keeps the window
-  // in locals across the loop: as members, the window is stored and reloaded for every code
-  // (the out-of-line slow case takes `this`), which lengthens the loop's dependency chain.
-  // Returns false if take stopped or the input ran out (overrun() then tells which). Always
-  // inlined, so that what `take` captures stays in registers too.
+  // which returns false to stop early. Reads what n GetRice calls would, faster: the window
+  // lives in locals across the loop (as members it would be stored and reloaded for every code,
+  // since the out-of-line slow case takes `this`), and one refill serves up to three codes, so
+  // the refill's load is off the chain of dependent shifts for most codes. Returns false if take
+  // stopped or the input ran out (overrun() then tells which). Always inlined, so that what
+  // `take` captures stays in registers too.
   template <class Take>
   [[gnu::always_inline]] inline bool GetRiceRun(uint64_t n, int r, uint64_t limit, Take&& take) {
     uint64_t acc = acc_;
@@ -244,30 +245,34 @@ class BitReader {
     const uint8_t* const data = b_.data();
     const size_t size = b_.size();
     const uint64_t low_mask = (uint64_t{1} << r) - 1;
-    for (uint64_t j = 0; j < n; ++j) {
-      uint64_t code;
-      const int ones = size - pos >= 8 ? std::countr_one(acc |= LoadWord(data + pos) << fill) : -1;
-      if (ones >= 0) {
-        pos += static_cast<size_t>((63 - fill) >> 3);  // as RefillWindow: fill now 56..63
+    auto sync = [&] { acc_ = acc, fill_ = fill, pos_ = pos; };
+    uint64_t j = 0;
+    while (j < n) {
+      int taken = 0;
+      if (size - pos >= 8) {
+        acc |= LoadWord(data + pos) << fill;  // as RefillWindow: fill now 56..63
+        pos += static_cast<size_t>((63 - fill) >> 3);
         fill |= 56;
+        for (; taken < 3 && j < n; ++taken, ++j) {
+          const int ones = std::countr_one(acc);
+          const int total = ones + 1 + r;  // <= fill <= 63 when taken, so acc >> total is defined
+          if (total > fill || static_cast<uint64_t>(ones) > limit) break;
+          const uint64_t code = static_cast<uint64_t>(ones) << r | ((acc >> ones) >> 1 & low_mask);
+          acc >>= total;
+          fill -= total;
+          if (!take(code)) return sync(), false;
+        }
       }
-      const int total = ones + 1 + r;  // <= fill <= 63 when taken, so acc >> total is defined
-      if (ones >= 0 && total <= fill && static_cast<uint64_t>(ones) <= limit) {
-        code = static_cast<uint64_t>(ones) << r | ((acc >> ones) >> 1 & low_mask);
-        acc >>= total;
-        fill -= total;
-      } else {
-        acc_ = acc, fill_ = fill, pos_ = pos;
-        code = GetRice(r, limit);
-        if (overrun_) return false;
-        acc = acc_, fill = fill_, pos = pos_;
-      }
-      if (!take(code)) {
-        acc_ = acc, fill_ = fill, pos_ = pos;
-        return false;
-      }
+      if (taken > 0) continue;
+      // Near the end of the input, or a code longer than the window: the checked read.
+      sync();
+      const uint64_t code = GetRice(r, limit);
+      if (overrun_) return false;
+      acc = acc_, fill = fill_, pos = pos_;
+      ++j;
+      if (!take(code)) return sync(), false;
     }
-    acc_ = acc, fill_ = fill, pos_ = pos;
+    sync();
     return true;
   }
   bool overrun() const { return overrun_; }

@@ -206,12 +206,16 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
     ASSERT_EQ(got_codes, want_codes) << "rep " << rep;
     ASSERT_EQ(all, want_codes.size() == 60) << "rep " << rep;
     ASSERT_EQ(run.overrun(), ref.overrun()) << "rep " << rep;
-    if (!ref.overrun()) ASSERT_EQ(run.bytes_consumed(), ref.bytes_consumed()) << "rep " << rep;
+    if (!ref.overrun()) {
+      ASSERT_EQ(run.bytes_consumed(), ref.bytes_consumed()) << "rep " << rep;
+    }
     const size_t take = std::min<size_t>(want_codes.size(), 1 + rng() % 20);
     size_t taken = 0;
     ASSERT_FALSE(stopped.GetRiceRun(60, r, limit, [&](uint64_t) { return ++taken < take; })) << "rep " << rep;
     for (size_t i = 0; i < taken; ++i) stopped_ref.GetRice(r, limit);
-    if (!stopped.overrun()) ASSERT_EQ(stopped.bytes_consumed(), stopped_ref.bytes_consumed()) << "rep " << rep;
+    if (!stopped.overrun()) {
+      ASSERT_EQ(stopped.bytes_consumed(), stopped_ref.bytes_consumed()) << "rep " << rep;
+    }
   }
 }
 
