@@ -15,64 +15,116 @@
 namespace dcr {
 namespace {
 
-// The walk over every tile, split at `split` between the calling thread and a helper, which
-// first runs `also` (if given and unclaimed) and waits for the bands (`fitted`). Either thread
-// walks the second part, whichever claims it first, so a helper that comes late costs nothing.
-// The second part counts its ordinals from the split and writes its gaps to a buffer of its own;
-// joining adds the first part's population less its last change to each band's first gap there
-// and appends the gaps. So the result is the one-thread walk's, whoever walked which part.
-EncodeWalkEnd WalkInTwoParts(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                             const WalkSplit& split, const std::atomic<bool>& fitted, const FittedBands& fit,
-                             const BandWords& offset, uint64_t* gaps, uint64_t total_gaps, ClaimableTask* also,
-                             const std::function<void()>& fit_bands) {
-  std::vector<std::span<const uint32_t>> first_pos(positions.begin(), positions.end()), second_pos = first_pos;
-  const std::span<const uint32_t> at_split = positions[split.seg];
-  const size_t cut = static_cast<size_t>(std::lower_bound(at_split.begin(), at_split.end(), split.elem) - at_split.begin());
-  first_pos[split.seg] = at_split.first(cut);
-  second_pos[split.seg] = at_split.subspan(cut);
-  const EncodeWalkPart first{0, split.seg + 1, 0, split.elem}, second{split.seg, segs.size(), split.elem, ~uint64_t{0}};
-
-  // The caller's buffer, reached through a pointer taken here (in a lambda the helper runs, the
-  // name would be the helper's own thread_local).
-  thread_local std::vector<uint64_t> second_buffer;
-  if (second_buffer.size() < total_gaps) second_buffer.resize(total_gaps);
-  uint64_t* const second_gaps = second_buffer.data();
-  EncodeWalkEnd end_first, end_second;
-  ClaimOnce second_claim;
-  const SecondPartWalker walker = GetSecondPartWalkerForTests();
-  const bool helper_path = walker == SecondPartWalker::kHelperPath;
-  if (walker == SecondPartWalker::kCallerWalksOn) (void)second_claim.Claim();
-  auto walk_second = [&] { end_second = EncodeBandWalk(segs, second_pos, fit.bands, offset, second_gaps, second); };
-  auto side = [&] {
-    if (also != nullptr) (void)also->RunIfUnclaimed();
-    for (int spins = 0; !fitted.load(std::memory_order_acquire); ++spins)
-      if (spins % 64 == 63) std::this_thread::yield();
-    if (helper_path || second_claim.Claim()) walk_second();
-    return Status::Ok();
-  };
-  auto main = [&] {
-    fit_bands();
-    end_first = EncodeBandWalk(segs, first_pos, fit.bands, offset, gaps, first);
-    if (walker == SecondPartWalker::kCallerWalksOn || (!helper_path && second_claim.Claim())) walk_second();
-    return Status::Ok();
-  };
-  if (helper_path)
-    (void)RunConcurrently(side, main);
-  else
-    (void)OfferToHelper(side, main);
-
-  EncodeWalkEnd whole;
-  for (size_t b = 0; b < kMaxContextBands; ++b) {
-    const uint64_t in_first = end_first.written[b], in_second = end_second.written[b];
-    if (in_second > 0) {
-      second_gaps[offset[b]] += end_first.population[b] - end_first.next[b];
-      std::copy_n(second_gaps + offset[b], in_second, gaps + offset[b] + in_first);
-    }
-    whole.population[b] = end_first.population[b] + end_second.population[b];
-    whole.written[b] = in_first + in_second;
-  }
-  return whole;
+// Spins (yielding now and then) until `flag` is set.
+void AwaitFlag(const std::atomic<bool>& flag) {
+  for (int spins = 0; !flag.load(std::memory_order_acquire); ++spins)
+    if (spins % 64 == 63) std::this_thread::yield();
 }
+
+// One encode of banded locations, split between the calling thread and a helper: what both
+// threads share. The band fit's class counts are split at a segment boundary (`fit_seg`; 0: not
+// split) and the walk over the old bits at `split`. The calling thread counts the first segments'
+// classes, fits the bands and walks the first part; the second count and the second part go to
+// whichever thread claims them first, so a helper that comes late costs nothing. Counts add up
+// exactly, and the second part's gaps are joined onto the first's (Join), so the bytes are the
+// one-thread encode's, whoever did what.
+class TwoThreadEncode {
+ public:
+  TwoThreadEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                  const WalkSplit& split, uint64_t total_elements, uint64_t total_changes, uint64_t* gaps)
+      : segs_(segs), positions_(positions), split_(split), stride_(FitSampleStride(segs)), gaps_(gaps) {
+    uint64_t before = 0;  // elements of the segments before fit_seg_
+    for (; fit_seg_ < segs.size() && 2 * before < total_elements; ++fit_seg_)
+      before += segs[fit_seg_].base.size() / DTypeWidth(segs[fit_seg_].dtype);
+    if (fit_seg_ == segs.size()) fit_seg_ = 0;
+    first_pos_.assign(positions.begin(), positions.end());
+    second_pos_ = first_pos_;
+    const std::span<const uint32_t> at_split = positions[split.seg];
+    const size_t cut = static_cast<size_t>(std::lower_bound(at_split.begin(), at_split.end(), split.elem) - at_split.begin());
+    first_pos_[split.seg] = at_split.first(cut);
+    second_pos_[split.seg] = at_split.subspan(cut);
+    // The caller's buffer for the second part's gaps, reached through a pointer taken here (in
+    // code the helper runs, the name would be the helper's own thread_local).
+    thread_local std::vector<uint64_t> second_buffer;
+    if (second_buffer.size() < total_changes) second_buffer.resize(total_changes);
+    second_gaps_ = second_buffer.data();
+    const SecondPartWalker walker = GetSecondPartWalkerForTests();
+    helper_path_ = walker == SecondPartWalker::kHelperPath;
+    caller_walks_on_ = walker == SecondPartWalker::kCallerWalksOn;
+    if (caller_walks_on_) (void)second_claim_.Claim(), (void)count_claim_.Claim();
+  }
+
+  // The helper's share: the second count (if unclaimed), then `also`, then the second part of
+  // the walk once the bands are fitted (if unclaimed, or always on kHelperPath).
+  void Help(ClaimableTask* also) {
+    if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
+    if (also != nullptr) (void)also->RunIfUnclaimed();
+    AwaitFlag(fitted_);
+    if (helper_path_ || second_claim_.Claim()) WalkSecond();
+  }
+
+  // The calling thread's share: count (the second segments' classes too unless the helper
+  // claimed them), fit, walk the first part and, unless the helper claimed it, the second.
+  void Main() {
+    FitCounts counts;
+    CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
+    if (fit_seg_ > 0) {
+      if (count_claim_.Claim() || caller_walks_on_) CountSecond();
+      AwaitFlag(counted_);
+      counts.Add(second_counts_);
+    }
+    fit_ = FitBandsToCounts(counts);
+    for (size_t b = 1; b < kMaxContextBands; ++b) offset_[b] = offset_[b - 1] + fit_.changes[b - 1];
+    fitted_.store(true, std::memory_order_release);
+    first_end_ = EncodeBandWalk(segs_, first_pos_, fit_.bands, offset_, gaps_, {0, split_.seg + 1, 0, split_.elem});
+    if (caller_walks_on_ || (!helper_path_ && second_claim_.Claim())) WalkSecond();
+  }
+
+  // After both shares: the second part's gaps appended to the first's, each band's first gap
+  // there made relative to the first part's last change, and the populations added.
+  EncodeWalkEnd Join() {
+    EncodeWalkEnd whole;
+    for (size_t b = 0; b < kMaxContextBands; ++b) {
+      const uint64_t in_first = first_end_.written[b], in_second = second_end_.written[b];
+      if (in_second > 0) {
+        second_gaps_[offset_[b]] += first_end_.population[b] - first_end_.next[b];
+        std::copy_n(second_gaps_ + offset_[b], in_second, gaps_ + offset_[b] + in_first);
+      }
+      whole.population[b] = first_end_.population[b] + second_end_.population[b];
+      whole.written[b] = in_first + in_second;
+    }
+    return whole;
+  }
+
+  const FittedBands& fit() const { return fit_; }
+  const BandWords& offset() const { return offset_; }
+
+ private:
+  void CountSecond() {
+    CountFitClasses(segs_, positions_, fit_seg_, segs_.size(), stride_, &second_counts_);
+    counted_.store(true, std::memory_order_release);
+  }
+  void WalkSecond() {
+    second_end_ = EncodeBandWalk(segs_, second_pos_, fit_.bands, offset_, second_gaps_,
+                                 {split_.seg, segs_.size(), split_.elem, ~uint64_t{0}});
+  }
+
+  std::span<const ContextSegment> segs_;
+  std::span<const std::span<const uint32_t>> positions_;
+  WalkSplit split_;
+  uint64_t stride_;
+  uint64_t* gaps_;
+  size_t fit_seg_ = 0;  // the first segment of the second count; 0: one count
+  std::vector<std::span<const uint32_t>> first_pos_, second_pos_;
+  uint64_t* second_gaps_ = nullptr;
+  bool helper_path_ = false, caller_walks_on_ = false;
+  ClaimOnce count_claim_, second_claim_;
+  std::atomic<bool> counted_{false}, fitted_{false};
+  FitCounts second_counts_;
+  FittedBands fit_;
+  BandWords offset_{};
+  EncodeWalkEnd first_end_, second_end_;
+};
 
 }  // namespace
 
@@ -83,24 +135,34 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
     total_changes += positions[s].size();
   }
-  FittedBands fit;
-  BandWords offset{};
-  std::atomic<bool> fitted{false};
-  const auto fit_bands = [&] {
-    fit = FitContextBands(segs, positions);
-    for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
-    fitted.store(true, std::memory_order_release);
-  };
   std::vector<uint64_t>& gaps = ScratchWords(total_changes);
   // The encoder's second part needs no population count first (unlike the decoder's), so any
   // payload large enough splits.
   const WalkSplit split = threads >= 2 && total_elements >= kSplitWalkMinElements ? HalfwayTileSplit(segs, total_elements) : WalkSplit{};
+  FittedBands fit;
+  BandWords offset{};
   EncodeWalkEnd walked;
   if (split.use) {
-    walked = WalkInTwoParts(segs, positions, split, fitted, fit, offset, gaps.data(), total_changes, also, fit_bands);
+    TwoThreadEncode two(segs, positions, split, total_elements, total_changes, gaps.data());
+    auto side = [&] {
+      two.Help(also);
+      return Status::Ok();
+    };
+    auto main = [&] {
+      two.Main();
+      return Status::Ok();
+    };
+    if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
+      (void)RunConcurrently(side, main);
+    else
+      (void)OfferToHelper(side, main);
+    walked = two.Join();
+    fit = two.fit();
+    offset = two.offset();
   } else {
     auto walk_whole = [&] {
-      fit_bands();
+      fit = FitContextBands(segs, positions);
+      for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
       walked = EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), {0, segs.size(), 0, ~uint64_t{0}});
       return Status::Ok();
     };

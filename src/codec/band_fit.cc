@@ -17,11 +17,6 @@ constexpr int kClassValues = 256;
 constexpr uint64_t kSampleStride = 8;
 constexpr uint64_t kMinSamples = 1 << 15;
 
-uint64_t SampleStride(std::span<const ContextSegment> segs) {
-  uint64_t n = 0;
-  for (const ContextSegment& s : segs) n += s.base.size() / DTypeWidth(s.dtype);
-  return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(n / kMinSamples, 1)));
-}
 // The fit works on at most this many groups of adjacent present class values.
 constexpr size_t kMaxFitUnits = 48;
 
@@ -61,12 +56,19 @@ void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions
 
 }  // namespace
 
-FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions) {
+uint64_t FitSampleStride(std::span<const ContextSegment> segs) {
+  uint64_t n = 0;
+  for (const ContextSegment& s : segs) n += s.base.size() / DTypeWidth(s.dtype);
+  return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(n / kMinSamples, 1)));
+}
+
+void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                     size_t from, size_t to, uint64_t stride, FitCounts* counts) {
   // 32-bit counters, folded into the totals at the end, or before 2^31 elements could overflow them.
   ClassCounts pop4{}, chg4{};
   uint64_t unfolded = 0;
-  std::array<uint64_t, kClassValues> pop{}, chg{};
-  const uint64_t stride = SampleStride(segs);
+  std::array<uint64_t, kClassValues>& pop = counts->population;
+  std::array<uint64_t, kClassValues>& chg = counts->changes;
   auto fold = [&] {
     for (size_t c = 0; c < kClassValues; ++c) {
       pop[c] += stride * (uint64_t{pop4[c]} + pop4[kClassValues + c] + pop4[2 * kClassValues + c] + pop4[3 * kClassValues + c]);
@@ -75,7 +77,7 @@ FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<cons
     pop4.fill(0);
     chg4.fill(0);
   };
-  for (size_t s = 0; s < segs.size(); ++s) {
+  for (size_t s = from; s < to; ++s) {
     const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
     if (unfolded + n > (uint64_t{1} << 31)) fold(), unfolded = 0;
     unfolded += n;
@@ -87,6 +89,17 @@ FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<cons
     }
   }
   fold();
+}
+
+FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions) {
+  FitCounts counts;
+  CountFitClasses(segs, positions, 0, segs.size(), FitSampleStride(segs), &counts);
+  return FitBandsToCounts(counts);
+}
+
+FittedBands FitBandsToCounts(const FitCounts& counts) {
+  const std::array<uint64_t, kClassValues>& pop = counts.population;
+  const std::array<uint64_t, kClassValues>& chg = counts.changes;
   std::vector<int> present;
   for (int c = 0; c < kClassValues; ++c)
     if (std::max(pop[c], chg[c]) > 0) present.push_back(c);

@@ -32,7 +32,26 @@ struct FittedBands {
 // The bands that minimise an estimate of the code size for these changes: contiguous groups of
 // class values with the binary entropy of "changed" in each, plus each band's table cost.
 // Populations are sampled (every 8th element, sparser in large payloads) and changes counted
-// exactly; deterministic.
+// exactly; deterministic. The same as FitBandsToCounts of the counts of all segments.
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions);
+
+// What the fit works from, per class value: populations (sampled, scaled by the stride) and
+// changes. Counts of disjoint segment ranges add up to the counts of their union.
+struct FitCounts {
+  std::array<uint64_t, 256> population{}, changes{};
+  void Add(const FitCounts& other) {
+    for (size_t c = 0; c < population.size(); ++c) population[c] += other.population[c], changes[c] += other.changes[c];
+  }
+};
+
+// The sampling stride of a payload of these segments (every segment is sampled with it).
+uint64_t FitSampleStride(std::span<const ContextSegment> segs);
+
+// Adds the counts of segments [from, to) to *counts.
+void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
+                     size_t from, size_t to, uint64_t stride, FitCounts* counts);
+
+// The fit of FitContextBands, given the counts of all the payload's segments.
+FittedBands FitBandsToCounts(const FitCounts& counts);
 
 }  // namespace dcr
