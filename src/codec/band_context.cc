@@ -1,5 +1,6 @@
-// Banded context coding of locations (docs/format.md §2.7): the O(changes) streams; the O(dense)
-// walks over the old bits are band_walk.h's.
+// Banded context coding of locations (docs/format.md §2.7), the decoder: the O(changes) streams
+// and the two-thread split; the O(dense) walks over the old bits are band_walk.h's, the encoder
+// is band_encode.cc.
 #include "codec/band_context.h"
 
 #include <algorithm>

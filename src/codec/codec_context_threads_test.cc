@@ -1,0 +1,193 @@
+// Codec tests, part 5b: context mode with a second thread. DecodePayload decodes the value
+// section beside the locations and splits the banded walk over the old bits; the encoder splits
+// the band fit's counts and its walk. Whichever thread does which part, the changes, errors and
+// bytes are those of one thread.
+#include "codec/band_context.h"
+#include "codec/context_test_support.h"
+
+namespace dcr {
+namespace {
+
+// DecodePayload with a second thread (values beside locations) gives what one thread gives: the
+// same changes, and on re-signed damage to either section the same status, message included.
+TEST(ConcurrentDecode, TwoThreadsGiveTheSameChangesAndTheSameErrorsAsOne) {
+  World w;
+  std::mt19937_64 rng(31);
+  w.Add(1, DType::kBF16, 300000, rng, 0, 300000, 0.12);
+  w.Add(2, DType::kF32, 5000, rng, 0, 5000, 0.3);
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 300000},
+                                          {2, DType::kF32, ValueKind::kXor, 0, 5000}};
+  for (Context mode : {Context::kNever, Context::kAlways}) {
+    uint64_t changed = 0;
+    const std::vector<uint8_t> p = w.Encode(specs, With(mode), &changed);
+    ASSERT_GE(changed, kConcurrentSectionsMinChanges) << "the payload must be large enough to use the second thread";
+    const std::string what = mode == Context::kNever ? "plain" : "context";
+    DecodedPayload one, two;
+    ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
+    ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
+    ExpectSameSegments(one, two, what);
+    ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
+
+    // Damage: a location-section byte, a value-section byte (the last bytes before the
+    // checksum are the value section's), or both; each re-signed.
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(p, &layout).ok());
+    const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
+    const size_t val_at = static_cast<size_t>(layout.val_stored.data() - p.data());
+    int refused = 0;
+    for (int i = 0; i < 60; ++i) {
+      std::vector<uint8_t> q = p;
+      if (i % 3 != 1) q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      if (i % 3 != 0) q[val_at + rng() % layout.val_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      Resign(q);
+      DecodedPayload a, b;
+      const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
+      ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
+      ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
+      if (sa.ok()) {
+        ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
+      } else {
+        ++refused;
+      }
+    }
+    EXPECT_GE(refused, 15) << what;
+  }
+}
+
+// Payloads whose walks two threads split (at least kSplitWalkMinElements elements): inside the
+// first segment, inside a later one and on a segment boundary, with few and many changes.
+struct SplitSeg {
+  DType dtype;
+  uint64_t n;
+  double density;
+};
+const std::vector<std::vector<SplitSeg>> kSplitLayouts = {
+    {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},                             // split in segment 1
+    {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},                           // on the boundary
+    {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},  // segment 1 of 3
+    {{DType::kBF16, 280000, 0.2}}};                                                          // one segment
+
+World SplitWorld(const std::vector<SplitSeg>& layout, std::mt19937_64& rng, std::vector<SegmentSpec>* specs) {
+  World w;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const SplitSeg& g = layout[i];
+    w.Add(static_cast<uint32_t>(i + 1), g.dtype, g.n, rng, 0, g.n, g.density);
+    specs->push_back({static_cast<uint32_t>(i + 1), g.dtype, ValueKind::kXor, 0, g.n});
+  }
+  return w;
+}
+
+// The body of the test below, for one setting of SetSecondPartWalkerForTests.
+void ExpectSplitWalksAgree(SecondPartWalker walker) {
+  std::mt19937_64 rng(77);
+  for (size_t l = 0; l < kSplitLayouts.size(); ++l) {
+    std::vector<SegmentSpec> specs;
+    const World w = SplitWorld(kSplitLayouts[l], rng, &specs);
+    const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
+    const std::string what = "layout " + std::to_string(l);
+    const BandWalkSplitCounts before = GetBandWalkSplitCounts();
+    DecodedPayload one, two;
+    ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
+    ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
+    const BandWalkSplitCounts after = GetBandWalkSplitCounts();
+    // Only a second part walked as a helper walks it counts as a split.
+    if (walker == SecondPartWalker::kHelperPath) {
+      EXPECT_EQ(after.splits, before.splits + 1) << what;
+    } else if (walker == SecondPartWalker::kCallerWalksOn) {
+      EXPECT_EQ(after.splits, before.splits) << what;
+    }
+    EXPECT_EQ(after.fallbacks, before.fallbacks) << what << ": a valid payload's parts must agree";
+    ExpectSameSegments(one, two, what);
+    ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
+
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(p, &layout).ok());
+    const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
+    for (int i = 0; i < 30; ++i) {
+      std::vector<uint8_t> q = p;
+      q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      Resign(q);
+      DecodedPayload a, b;
+      const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
+      ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
+      ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
+      if (sa.ok()) ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
+    }
+  }
+}
+
+// The context decoder's O(dense) walk split between two threads, at a point inside the first
+// segment, inside a later one and on a segment boundary, with few and many changes: the same
+// changes as one thread, and under damage to the location section the same status and message.
+// Valid payloads must not need the one-thread retry. Run for each thread that may walk the
+// second part, and as the decoder chooses.
+TEST(ConcurrentDecode, TheContextWalkSplitAnywhereGivesTheSameChangesAndErrorsAsOne) {
+  for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
+    SCOPED_TRACE("second part walker " + std::to_string(static_cast<int>(walker)));
+    SetSecondPartWalkerForTests(walker);
+    ExpectSplitWalksAgree(walker);
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  }
+}
+
+// The context encoder's walk split between two threads (each layout above; and one band's
+// changes all before the split, another's all after it): the bytes of one thread, whichever
+// thread walks the second part, for both context choices.
+TEST(ConcurrentEncode, TheContextWalkSplitAnywhereGivesTheBytesOfOneThread) {
+  std::mt19937_64 rng(79);
+  std::vector<std::pair<World, std::vector<SegmentSpec>>> worlds;
+  for (const auto& layout : kSplitLayouts) {
+    std::vector<SegmentSpec> specs;
+    World w = SplitWorld(layout, rng, &specs);
+    worlds.emplace_back(std::move(w), specs);
+  }
+  World w;
+  auto exponent = [](uint64_t bits) { return (bits >> 7) & 0xff; };
+  w.Add(1, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.03 : 0.0; });
+  w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.0 : 0.03; });
+  worlds.emplace_back(std::move(w), std::vector<SegmentSpec>{{1, DType::kBF16, ValueKind::kXor, 0, 150000},
+                                                             {2, DType::kBF16, ValueKind::kXor, 0, 150000}});
+  for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
+    SetSecondPartWalkerForTests(walker);
+    for (size_t i = 0; i < worlds.size(); ++i)
+      for (Context mode : {Context::kAlways, Context::kWhenSmaller}) {
+        const auto& [world, specs] = worlds[i];
+        // Two threads first: per-thread buffers then hold another payload's gaps, not these.
+        const std::vector<uint8_t> two = world.Encode(specs, With(mode), nullptr, 2), one = world.Encode(specs, With(mode));
+        EXPECT_EQ(one, two) << "walker " << static_cast<int>(walker) << " payload " << i << " mode " << static_cast<int>(mode);
+        DecodedPayload d;
+        ASSERT_TRUE(DecodePayload(two, &d, world.Lookup(), 1).ok()) << i;
+        ASSERT_NO_FATAL_FAILURE(world.ExpectApplies(d, "payload " + std::to_string(i)));
+      }
+  }
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+}
+
+// A band whose changes all lie before the split: the first part stops counting it once they are
+// placed, and the helper's second part must still be accepted (no one-thread retry). Here the
+// larger-magnitude elements (their own band) change only in the first half of the first segment;
+// the split is at the start of the second.
+TEST(ConcurrentDecode, ABandWhoseChangesAllLieBeforeTheSplitNeedsNoRetry) {
+  std::mt19937_64 rng(78);
+  World w;
+  auto exponent = [](uint64_t bits) { return (bits >> 7) & 0xff; };
+  w.Add(1, DType::kBF16, 150000, rng, 0, 75000, [](uint64_t) { return 0.03; });
+  w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.0 : 0.03; });
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 150000},
+                                          {2, DType::kBF16, ValueKind::kXor, 0, 150000}};
+  const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
+  SetSecondPartWalkerForTests(SecondPartWalker::kHelperPath);
+  const BandWalkSplitCounts before = GetBandWalkSplitCounts();
+  DecodedPayload one, two;
+  const Status s1 = DecodePayload(p, &one, w.Lookup(), 1), s2 = DecodePayload(p, &two, w.Lookup(), 2);
+  const BandWalkSplitCounts after = GetBandWalkSplitCounts();
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ASSERT_TRUE(s2.ok()) << s2.ToString();
+  EXPECT_EQ(after.splits, before.splits + 1);
+  EXPECT_EQ(after.fallbacks, before.fallbacks);
+  ExpectSameSegments(one, two, "band exhausted before the split");
+}
+
+}  // namespace
+}  // namespace dcr
