@@ -33,10 +33,11 @@ class TwoThreadEncode {
   TwoThreadEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                   const WalkSplit& split, uint64_t total_elements, uint64_t total_changes, uint64_t* gaps)
       : segs_(segs), positions_(positions), split_(split), stride_(FitSampleStride(segs)), gaps_(gaps) {
+    // The first segment boundary at or past half the elements, else the last boundary.
     uint64_t before = 0;  // elements of the segments before fit_seg_
     for (; fit_seg_ < segs.size() && 2 * before < total_elements; ++fit_seg_)
       before += segs[fit_seg_].base.size() / DTypeWidth(segs[fit_seg_].dtype);
-    if (fit_seg_ == segs.size()) fit_seg_ = 0;
+    if (fit_seg_ == segs.size()) fit_seg_ = segs.size() - 1;  // 0 (one count) for one segment
     first_pos_.assign(positions.begin(), positions.end());
     second_pos_ = first_pos_;
     const std::span<const uint32_t> at_split = positions[split.seg];
