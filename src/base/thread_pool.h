@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <thread>
 #include <utility>
 
 #include "base/status.h"
@@ -37,6 +38,14 @@ Status RunConcurrently(const std::function<Status()>& side, const std::function<
 // Like RunConcurrently, except that a side a helper has not started when main returns is dropped,
 // not run: for work that main claims (ClaimOnce) and does itself when no helper has come for it.
 Status OfferToHelper(const std::function<Status()>& side, const std::function<Status()>& main);
+
+// Waits for another thread's step that has already started: tries `ready` until it is true,
+// yielding the CPU every 64 tries (the other thread may share this core).
+template <typename F>
+void YieldUntil(F&& ready) {
+  for (int tries = 0; !ready(); ++tries)
+    if (tries % 64 == 63) std::this_thread::yield();
+}
 
 // A piece of work that whichever thread claims first does: Claim() is true exactly once.
 class ClaimOnce {

@@ -7,7 +7,6 @@
 #include <array>
 #include <atomic>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -120,8 +119,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
       helper_walked = true;
       CountBandPopulations(segs, bands, split.seg, split.elem, &split_run);
       if (also != nullptr && ordinals_state.load(std::memory_order_acquire) == kPending) (void)also->RunIfUnclaimed();
-      for (int spins = 0; ordinals_state.load(std::memory_order_acquire) == kPending; ++spins)
-        if (spins % 64 == 63) std::this_thread::yield();
+      YieldUntil([&] { return ordinals_state.load(std::memory_order_acquire) != kPending; });
       if (ordinals_state.load(std::memory_order_acquire) == kReady) {
         for (size_t b = 0; b < kMaxContextBands; ++b)
           second_from[b] = static_cast<uint64_t>(
@@ -222,8 +220,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   // band over its ordinals, zero for kTileWords + 1 words past its last one (DecodeBandWalk
   // reads that far). Memory: 8 bytes per change plus a bit per ordinal up to each band's last.
   std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
-  std::array<uint64_t, kMaxContextBands> offset{};
-  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + st.count[b - 1];
+  const BandWords offset = BandOffsets(st.count);
   thread_local std::vector<uint64_t> bitmaps;
   const std::function<Status()> read_ordinals = [&] {
     const BandWords& count = st.count;

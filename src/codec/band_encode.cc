@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <thread>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -14,12 +13,6 @@
 
 namespace dcr {
 namespace {
-
-// Spins (yielding now and then) until `flag` is set.
-void AwaitFlag(const std::atomic<bool>& flag) {
-  for (int spins = 0; !flag.load(std::memory_order_acquire); ++spins)
-    if (spins % 64 == 63) std::this_thread::yield();
-}
 
 // One encode of banded locations, split between the calling thread and a helper: what both
 // threads share. The band fit's class counts are split at a segment boundary (`fit_seg`; 0: not
@@ -60,7 +53,7 @@ class TwoThreadEncode {
   void Help(ClaimableTask* also) {
     if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
     if (also != nullptr) (void)also->RunIfUnclaimed();
-    AwaitFlag(fitted_);
+    YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
     if (helper_path_ || second_claim_.Claim()) WalkSecond();
   }
 
@@ -71,11 +64,11 @@ class TwoThreadEncode {
     CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
     if (fit_seg_ > 0) {
       if (count_claim_.Claim() || caller_walks_on_) CountSecond();
-      AwaitFlag(counted_);
+      YieldUntil([&] { return counted_.load(std::memory_order_acquire); });
       counts.Add(second_counts_);
     }
     fit_ = FitBandsToCounts(counts);
-    for (size_t b = 1; b < kMaxContextBands; ++b) offset_[b] = offset_[b - 1] + fit_.changes[b - 1];
+    offset_ = BandOffsets(fit_.changes);
     fitted_.store(true, std::memory_order_release);
     first_end_ = EncodeBandWalk(segs_, first_pos_, fit_.bands, offset_, gaps_, {0, split_.seg + 1, 0, split_.elem});
     if (caller_walks_on_ || (!helper_path_ && second_claim_.Claim())) WalkSecond();
@@ -163,7 +156,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
   } else {
     auto walk_whole = [&] {
       fit = FitContextBands(segs, positions);
-      for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + fit.changes[b - 1];
+      offset = BandOffsets(fit.changes);
       walked = EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), {0, segs.size(), 0, ~uint64_t{0}});
       return Status::Ok();
     };

@@ -70,6 +70,14 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
                           BandWords* population);
 
+// Where each band's run starts in an array of all bands' entries laid out band after band:
+// the sum of the counts of the bands before it.
+inline BandWords BandOffsets(const BandWords& counts) {
+  BandWords offset{};
+  for (size_t b = 1; b < kMaxContextBands; ++b) offset[b] = offset[b - 1] + counts[b - 1];
+  return offset;
+}
+
 // A per-thread buffer of at least n words, reused across payloads (by the encoder's and the
 // decoder's band code alike): a fresh buffer of this size (8 bytes per change) would be
 // page-faulted in for every payload.
