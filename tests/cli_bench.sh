@@ -2,7 +2,8 @@
 # dcr bench codec: on a generated checkpoint pair it reports, per codec, the
 # change count the files hold, the wire bytes `dcr diff` writes for that codec, positive
 # throughputs and its SIMD target (decode+apply is checked bit-exact inside the bench, which fails
-# otherwise); without FILES it benchmarks a generated trajectory; bad arguments are usage errors;
+# otherwise); --cold gives the same bytes and says so; without FILES it benchmarks a generated
+# trajectory; bad arguments are usage errors;
 # its scratch directory (under $TMPDIR) is gone after every run, failed ones included.
 source "$(dirname "$0")/lib.sh"
 export TMPDIR="$WORK/tmp"
@@ -28,6 +29,22 @@ assert r["simd_target"], r
 assert abs(r["wire_bytes_per_changed_element"] - wire / changed) < 1e-9
 PY
 done
+
+note "--cold: the same bytes and change counts, marked cold"
+run_expect 0 "$DCR" bench codec --cold --repeat 2 --threads 2 --json a.safetensors b.safetensors
+"$PYTHON" - bench.json "$WORK/out" <<'PY' || fail "cold rows disagree with warm ones"
+import json, sys
+warm, cold = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert [r["codec"] for r in cold] == [r["codec"] for r in warm], cold
+for w, c in zip(warm, cold):
+    assert c["cold"] is True and w["cold"] is False, (w, c)
+    for k in ("changed_elements", "wire_bytes", "payloads", "context_payloads"):
+        assert c[k] == w[k], (k, c[k], w[k])
+    for k in ("scan_GBps", "encode_GBps", "decode_apply_GBps"):
+        assert c[k] > 0, (k, c[k])
+PY
+run_expect 0 "$DCR" bench codec --cold --repeat 1 a.safetensors b.safetensors
+grep -q "evicted from the caches" "$WORK/out" || fail "no cold note in the footer"
 
 note "generated trajectory"
 run_expect 0 "$DCR" bench codec --repeat 1 --synth-layers 1 --synth-hidden 128

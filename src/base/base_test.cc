@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/cache_evict.h"
 #include "base/durable_file.h"
 #include "base/mapped_file.h"
 #include "base/status.h"
@@ -259,6 +260,29 @@ TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(std::vector<uint8_t>(g->bytes().begin(), g->bytes().end()), (std::vector<uint8_t>{1, 2, 9, 4}));
   EXPECT_EQ(MappedFile::Open((dir / "missing").string()).status().code(), StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+// Eviction writes dirty lines back: the bytes read afterwards are the ones written before, for
+// a heap buffer whose ends are not line-aligned and for a read-only file mapping.
+TEST(EvictFromCaches, KeepsContentsOfDirtyAndReadOnlyMemory) {
+  std::vector<uint8_t> heap(100003);
+  for (size_t i = 0; i < heap.size(); ++i) heap[i] = static_cast<uint8_t>(i * 131 + 7);
+  const std::vector<uint8_t> want = heap;
+#if defined(__x86_64__) || defined(__aarch64__)
+  EXPECT_TRUE(EvictFromCaches(std::span<const uint8_t>(heap).subspan(3, heap.size() - 5)));
+#endif
+  EXPECT_EQ(heap, want);
+  EXPECT_TRUE(EvictFromCaches({}));
+
+  auto dir = std::filesystem::temp_directory_path() / ("dcr_evict_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "f.bin").string();
+  ASSERT_TRUE(WriteFileAtomic(path, want).ok());
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok());
+  (void)EvictFromCaches(f->bytes());
+  EXPECT_TRUE(std::equal(f->bytes().begin(), f->bytes().end(), want.begin(), want.end()));
   std::filesystem::remove_all(dir);
 }
 

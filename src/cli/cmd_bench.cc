@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/cache_evict.h"
 #include "base/thread_pool.h"
 #include "base/timing.h"
 #include "codec/simd_masks.h"
@@ -28,10 +29,15 @@ struct BenchArgs {
   int threads = 0;
   int repeat = 3;
   bool json = false;
+  bool cold = false;  // evict the inputs from the caches before each timed pass
   // The generated trajectory used when no FILES are given.
   uint32_t synth_layers = 4, synth_hidden = 512;
   double synth_lr = 3e-6;
 };
+
+void EvictCheckpoint(const Checkpoint& c) {
+  for (const auto& t : c.tensors()) EvictFromCaches(t.bytes);
+}
 
 // Reads both checkpoints' tensor bytes once, as a diff must: the bandwidth reference.
 double ScanSeconds(const Checkpoint& a, const Checkpoint& b, int threads) {
@@ -70,16 +76,20 @@ struct PairResult {
 // is decoded before it is applied, and payloads cover disjoint elements, so every payload sees
 // only old bits in its own segments whatever the thread count.
 Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& base, const Checkpoint& next,
-                                  int threads) {
+                                  int threads, bool cold) {
   std::vector<std::vector<uint8_t>> work;
   for (const auto& t : base.tensors()) work.emplace_back(t.bytes.begin(), t.bytes.end());
+  const size_t np = delta.header().payloads.size();
+  if (cold) {
+    for (const auto& w : work) EvictFromCaches(w);
+    for (size_t i = 0; i < np; ++i) EvictFromCaches(delta.PayloadBytes(i));
+  }
   BaseLookup lookup = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
     if (s.tensor_index >= work.size()) return Corrupt("tensor index out of range");
     const uint64_t w = DTypeWidth(s.dtype);
     if ((s.start + s.count) * w > work[s.tensor_index].size()) return Corrupt("segment outside its tensor");
     return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
-  const size_t np = delta.header().payloads.size();
   const int per_payload = ThreadsPerItem(np, threads);
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
@@ -102,8 +112,10 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
   PairResult r;
   const std::string out = tmp + "/bench.dcr";
   for (int rep = 0; rep < args.repeat; ++rep) {
+    if (args.cold) EvictCheckpoint(base), EvictCheckpoint(next);
     r.scan_s = std::min(r.scan_s, ScanSeconds(base, next, args.threads));
     DiffOptions o;
+    if (args.cold) o.before_encode = [&] { EvictCheckpoint(base), EvictCheckpoint(next); };
     o.threads = args.threads;
     o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
     DCR_ASSIGN_OR_RETURN(DiffStats s, DiffCheckpoints(base, next, out, o));
@@ -117,7 +129,7 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
       DCR_RETURN_IF_ERROR(ParsePayload(delta.PayloadBytes(i), &layout));
       r.context_payloads += NeedsOldBits(layout.mode);
     }
-    DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads));
+    DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads, args.cold));
     r.apply_s = std::min(r.apply_s, apply_s);
   }
   return r;
@@ -175,7 +187,8 @@ int RunBench(BenchArgs args) {
                             {"wire_bytes_per_changed_element", per_change},
                             {"wire_bytes_per_dense_byte", static_cast<double>(r->wire) / static_cast<double>(r->dense)},
                             {"scan_GBps", gb / r->scan_s}, {"encode_GBps", gb / r->encode_s}, {"decode_apply_GBps", gb / r->apply_s},
-                            {"encode_vs_scan", r->scan_s / r->encode_s}, {"decode_apply_vs_scan", r->scan_s / r->apply_s}};
+                            {"encode_vs_scan", r->scan_s / r->encode_s}, {"decode_apply_vs_scan", r->scan_s / r->apply_s},
+                            {"cold", args.cold}};
       rows.push_back(row);
       if (!args.json)
         std::printf("%-40s %-5s %8.3f %8.3f %9.5f %9.2f %9.2f %9.2f %7.2f %7.2f\n", pair.c_str(), context ? "ctx" : "plain",
@@ -187,9 +200,10 @@ int RunBench(BenchArgs args) {
   if (rc != kExitOk) return rc;
   if (args.json) std::printf("%s\n", rows.dump().c_str());
   else
-    std::printf("%d thread(s), best of %d, SIMD target %s. chg %% assumes 2-byte elements. enc = diff+encode; dec = "
+    std::printf("%d thread(s), best of %d, SIMD target %s%s. chg %% assumes 2-byte elements. enc = diff+encode; dec = "
                 "verify+decode+apply in memory; x/scn = throughput relative to the two-stream scan of the same pair.\n",
-                threads, args.repeat, ActiveSimdTargetName());
+                threads, args.repeat, ActiveSimdTargetName(),
+                args.cold ? ", inputs evicted from the caches before each timed pass" : "");
   return kExitOk;
 }
 
@@ -209,6 +223,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   codec->add_option("--repeat", args->repeat, "repetitions; the best time is kept")->check(CLI::Range(1, 100));
   codec->add_flag("--json", args->json, "print one JSON array of rows");
+  codec->add_flag("--cold", args->cold,
+                  "evict the inputs from every cache level before each timed pass (scan, encode, decode), as a "
+                  "model larger than the caches meets them");
   codec->add_option("--synth-layers", args->synth_layers, "without FILES: layers of the generated model")
       ->check(CLI::Range(1, 256))->capture_default_str();
   codec->add_option("--synth-hidden", args->synth_hidden, "without FILES: hidden size (FFN 8/3 of it, vocab 16x)")

@@ -24,6 +24,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   CheckpointDigest base_digest = DigestCheckpoint(base, threads);
   stats.digest_seconds = SecondsSince(t0);
 
+  if (options.before_encode) options.before_encode();
   const auto plan = PlanPayloads(bt, std::max<uint64_t>(options.chunk_bytes, 8));
   if (plan.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 payloads; raise the chunk size");
 

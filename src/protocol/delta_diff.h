@@ -27,6 +27,9 @@ struct DiffOptions {
   EncodeOptions encode;
   uint64_t transfer_id = 0;  // 0: DefaultTransferId(base digest)
   ProgressFn progress;
+  // Called on the calling thread after the base digest, before the first payload is diffed:
+  // `dcr bench codec --cold` evicts the inputs from the caches there.
+  std::function<void()> before_encode;
 };
 
 struct DiffStats {
