@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "codec/band_walk.h"
@@ -21,14 +22,29 @@ namespace HWY_NAMESPACE {
 
 constexpr size_t kTileWords = kMaskTileElements / 64;
 
+// Entries per row of TileRows::pre: kTileWords + 1 used, rounded up to whole 64-byte lines.
+constexpr size_t kPreStride = 96;
+
 // A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
 // (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
-// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band.
+// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band. Rows nest (each is a
+// subset of the one before), so band b's members before word wd are pre[b][wd] - pre[b + 1][wd],
+// where pre[r][wd] (wd <= kTileWords) counts row r's set bits in words before wd, and for
+// wd >= words is the row's total in the tile: the counts never decrease.
 struct TileRows {
   uint64_t w[(kMaxContextBands + 1) * kTileWords];
+  alignas(64) int16_t pre[kMaxContextBands + 1][kPreStride];
   size_t words = 0;
   uint64_t Band(size_t b, size_t wd) const { return w[b * words + wd] & ~w[(b + 1) * words + wd]; }
+  int32_t BandBefore(size_t b, size_t wd) const { return pre[b][wd] - pre[b + 1][wd]; }
 };
+
+// Row 0's counts in a whole tile: 64 elements per word.
+constexpr auto kElementsBefore = [] {
+  std::array<int16_t, kTileWords + 1> a{};
+  for (size_t wd = 0; wd <= kTileWords; ++wd) a[wd] = static_cast<int16_t>(64 * wd);
+  return a;
+}();
 
 // Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
 void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile, size_t tn,
@@ -37,10 +53,27 @@ void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t w
   rows->words = words;
   for (size_t wd = 0; wd < words; ++wd) rows->w[wd] = ~uint64_t{0};
   if (tn % 64 != 0) rows->w[words - 1] = (uint64_t{1} << (tn % 64)) - 1;
+  size_t counted = 0;  // words whose prefix counts the kernel wrote, in rows 1 .. k - 1
   if (k > 1)
-    ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
-                              bands.t.data(), static_cast<int>(k) - 1, rows->w + words);
+    counted = ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
+                                        bands.t.data(), static_cast<int>(k) - 1, rows->w + words,
+                                        RowPrefixOut{rows->pre[1], kPreStride});
   for (size_t wd = 0; wd < words; ++wd) rows->w[k * words + wd] = 0;
+  if (tn == kMaskTileElements) {
+    std::memcpy(rows->pre[0], kElementsBefore.data(), sizeof(kElementsBefore));
+  } else {
+    for (size_t wd = 0; wd <= kTileWords; ++wd) rows->pre[0][wd] = static_cast<int16_t>(std::min<size_t>(64 * wd, tn));
+  }
+  std::memset(rows->pre[k], 0, sizeof(int16_t) * (kTileWords + 1));
+  for (size_t r = 1; r < k; ++r) {  // what the kernel left: the tail word, the totals, scalar kernels
+    int16_t* pre = rows->pre[r];
+    const uint64_t* row = rows->w + r * words;
+    int32_t before = counted == 0 ? 0 : pre[counted - 1] + PopCount64(row[counted - 1]);
+    for (size_t wd = counted; wd <= kTileWords; ++wd) {
+      pre[wd] = static_cast<int16_t>(before);
+      if (wd < words) before += PopCount64(row[wd]);
+    }
+  }
 }
 
 // The band of each class value.
@@ -57,24 +90,12 @@ struct EncodeCursor {
   std::array<uint64_t*, kMaxContextBands> out{};
 };
 
-// One tile: per word and band, the band's elements in the tile before the word; then every change
-// of the tile takes its ordinal from those counts and one popcount, with no loop over words.
+// One tile: every change takes its ordinal from the band's members before the tile and before
+// its word (TileRows::BandBefore) and one popcount, with no loop over words.
 template <typename U>
 const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
                            size_t k, const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
                            EncodeCursor* cur) {
-  uint16_t before[kMaxContextBands][kTileWords];
-  BandWords in_tile{};
-  for (size_t b = 0; b < k; ++b) {
-    const uint64_t* above = rows.w + b * rows.words;
-    const uint64_t* next = above + rows.words;
-    uint32_t count = 0;
-    for (size_t wd = 0; wd < rows.words; ++wd) {
-      before[b][wd] = static_cast<uint16_t>(count);
-      count += static_cast<uint32_t>(PopCount64(above[wd] & ~next[wd]));
-    }
-    in_tile[b] = count;
-  }
   const uint64_t tile_end = tile + 64 * rows.words;
   for (; pos != end && *pos < tile_end; ++pos) {
     U v;
@@ -82,11 +103,11 @@ const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, u
     const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask)];
     const uint64_t p = *pos - tile, wd = p >> 6;
     const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
-    const uint64_t ordinal = cur->run[b] + before[b][wd] + static_cast<uint64_t>(PopCount64(below));
+    const uint64_t ordinal = cur->run[b] + static_cast<uint64_t>(rows.BandBefore(b, wd) + PopCount64(below));
     *cur->out[b]++ = ordinal - cur->next[b];
     cur->next[b] = ordinal + 1;
   }
-  for (size_t b = 0; b < k; ++b) cur->run[b] += in_tile[b];
+  for (size_t b = 0; b < k; ++b) cur->run[b] += static_cast<uint64_t>(rows.BandBefore(b, rows.words));
   return pos;
 }
 
@@ -165,21 +186,18 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
 // decodes of every real pair (0.4-4.5 % change, interleaved runs).
 constexpr uint64_t kSparseChangesPerWordNum = 1, kSparseChangesPerWordDen = 2;
 
-// A band's members in a tile before each word: [wd] for wd < words, then its total at [words],
-// then kNoWord. Signed 16-bit so that every SIMD target compares them (a tile has 4096 elements).
-constexpr int16_t kNoWord = 0x7fff;
-struct alignas(64) BandPrefix {
-  int16_t before[kTileWords + 1];
-};
-
-// The word of the tile holding the band's member number `local` (< its members in the tile): the
-// last word with before <= local. One compare per vector of 16-bit lanes, no branches.
-HWY_INLINE size_t WordOfMember(const BandPrefix& pre, int16_t local) {
+// The word of the tile holding band b's member number `local` (< its members in the tile): the
+// last word wd with rows.BandBefore(b, wd) <= local. One compare per vector of 16-bit lanes, no
+// branches; past the tile's words the counts are the band's total, above `local`.
+HWY_INLINE size_t WordOfMember(const TileRows& rows, size_t b, int16_t local) {
   const hn::CappedTag<int16_t, kTileWords> d;
   const size_t n = hn::Lanes(d);
   const auto v = hn::Set(d, local);
+  const int16_t* hi = rows.pre[b];
+  const int16_t* lo = rows.pre[b + 1];
   size_t after = 0;  // words wholly after the member
-  for (size_t i = 0; i < kTileWords; i += n) after += hn::CountTrue(d, hn::Gt(hn::Load(d, pre.before + i), v));
+  for (size_t i = 0; i < kTileWords; i += n)
+    after += hn::CountTrue(d, hn::Gt(hn::Sub(hn::Load(d, hi + i), hn::Load(d, lo + i)), v));
   return kTileWords - 1 - after;
 }
 
@@ -220,9 +238,12 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   // bitmap onto its element mask word by word (branch-free); the tile bitmap then yields the
   // tile's positions in ascending order.
   const size_t k = static_cast<size_t>(bands.k);
-  BandWords& run = part->run;  // per band: population before the tile
-  BandWords* placed = &part->placed;
-  const BandWords& count = part->limit;
+  // Per band: population before the tile, and ordinals placed. Kept here and stored at the end:
+  // `part` may share a cache line with the other thread's part, which it writes as often.
+  BandWords run = part->run;
+  BandWords placed_here = part->placed;
+  BandWords* placed = &placed_here;
+  const BandWords count = part->limit;
   TileRows rows;
   uint64_t hit[kTileWords];
   bool ok = true;
@@ -239,14 +260,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
       for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
       for (size_t b = 0; b < k; ++b) {
         if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
-        BandPrefix pre;
-        int32_t members = 0;
-        for (size_t wd = 0; wd < words; ++wd) {
-          pre.before[wd] = static_cast<int16_t>(members);
-          members += PopCount64(rows.Band(b, wd));
-        }
-        pre.before[words] = static_cast<int16_t>(members);
-        for (size_t wd = words + 1; wd <= kTileWords; ++wd) pre.before[wd] = kNoWord;
+        const int32_t members = rows.BandBefore(b, words);
         const uint64_t r0 = run[b], end = r0 + static_cast<uint64_t>(members);
         run[b] = end;
         const uint64_t* ord = ordinals[b];
@@ -257,15 +271,16 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
         if ((q - p) * kSparseChangesPerWordDen < words * kSparseChangesPerWordNum) {
           for (; p < q; ++p) {
             const auto local = static_cast<int16_t>(ord[p] - r0);
-            const size_t wd = WordOfMember(pre, local);
-            hit[wd] |= DepositBits(uint64_t{1} << (local - pre.before[wd]), rows.Band(b, wd), fast_pdep);
+            const size_t wd = WordOfMember(rows, b, local);
+            hit[wd] |= DepositBits(uint64_t{1} << (local - rows.BandBefore(b, wd)), rows.Band(b, wd), fast_pdep);
           }
           continue;
         }
         for (size_t wd = 0; wd < words; ++wd) {
           const uint64_t m = rows.Band(b, wd);
-          const int c = pre.before[wd + 1] - pre.before[wd];
-          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + static_cast<uint64_t>(pre.before[wd]), c), m, fast_pdep);
+          const int32_t before = rows.BandBefore(b, wd);
+          const int c = rows.BandBefore(b, wd + 1) - before;
+          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + static_cast<uint64_t>(before), c), m, fast_pdep);
         }
       }
       // The tile's changes, and which words hold any: the loop below visits only those.
@@ -309,6 +324,8 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
     }
     (*filled)[s] = room_of[s] - room;
   }
+  part->run = run;
+  part->placed = placed_here;
   return ok;
 }
 
@@ -325,9 +342,7 @@ void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBan
     for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
       LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
-      at_least[0] += tn;
-      for (size_t r = 1; r < k; ++r)
-        for (size_t wd = 0; wd < rows.words; ++wd) at_least[r] += static_cast<uint64_t>(PopCount64(rows.w[r * rows.words + wd]));
+      for (size_t r = 0; r < k; ++r) at_least[r] += static_cast<uint64_t>(rows.pre[r][rows.words]);
     }
   }
   for (size_t b = 0; b < kMaxContextBands; ++b) (*population)[b] = b < k ? at_least[b] - at_least[b + 1] : 0;

@@ -95,9 +95,17 @@ void ClassAtLeastMasksScalar(const uint8_t* bytes, size_t from, size_t count, in
 // Classes are at most 8 bits, so comparing them as signed lanes of the element's width is exact.
 // K (the threshold count) is a template parameter so that the K words being built stay in
 // registers.
+// Row prefix counts, optional beside the class masks of a tile: for each threshold i and each
+// whole word w the kernel handled, at[i * stride + w] = set bits of row i in words before w.
+// Taken while each mask word is still in a register, where a later pass would reload every word.
+struct RowPrefixOut {
+  int16_t* at = nullptr;  // null: not wanted
+  size_t stride = 0;
+};
+
 template <typename T, int K>
-void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                        uint64_t* out) {
+size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
+                          uint64_t* out, RowPrefixOut prefix) {
   using TI = hwy::MakeSigned<T>;
   const Tag64<T> d;
   const hn::Rebind<TI, Tag64<T>> di;
@@ -109,6 +117,7 @@ void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t 
   // and cannot be array elements.
   TI below[K];
   for (int i = 0; i < K; ++i) below[i] = static_cast<TI>(t[i] - 1);
+  int32_t before[K] = {};
   for (size_t w = 0; w < full; ++w) {
     uint64_t word[K] = {};
     for (size_t j = 0; j < 64; j += n) {
@@ -118,8 +127,16 @@ void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t 
     }
     HWY_UNROLL(7)
     for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+    if (prefix.at != nullptr) {
+      HWY_UNROLL(7)
+      for (int i = 0; i < K; ++i) {
+        prefix.at[static_cast<size_t>(i) * prefix.stride + w] = static_cast<int16_t>(before[i]);
+        before[i] += PopCount64(word[i]);
+      }
+    }
   }
   ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+  return prefix.at != nullptr ? full : 0;
 }
 
 #if HWY_TARGET != HWY_SCALAR
@@ -127,8 +144,8 @@ void ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t 
 // so each threshold costs one compare per twice the elements. Classes fit 8 bits; the bytes are
 // compared as signed after flipping their top bit, which keeps unsigned order.
 template <int K>
-void ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                         uint64_t* out) {
+size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
+                           uint64_t* out, RowPrefixOut prefix) {
   const Tag64<uint8_t> d8;
   const hn::Repartition<int8_t, decltype(d8)> di8;
   const hn::RepartitionToWide<decltype(d8)> d16;
@@ -141,6 +158,7 @@ void ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t
   const auto flip = hn::Set(d8, uint8_t{0x80});
   int8_t below[K];
   for (int i = 0; i < K; ++i) below[i] = static_cast<int8_t>(static_cast<uint8_t>((t[i] - 1) ^ 0x80));
+  int32_t before[K] = {};
   for (size_t w = 0; w < full; ++w) {
     uint64_t word[K] = {};
     for (size_t j = 0; j < 64; j += n8) {
@@ -153,43 +171,53 @@ void ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t
     }
     HWY_UNROLL(7)
     for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+    if (prefix.at != nullptr) {
+      HWY_UNROLL(7)
+      for (int i = 0; i < K; ++i) {
+        prefix.at[static_cast<size_t>(i) * prefix.stride + w] = static_cast<int16_t>(before[i]);
+        before[i] += PopCount64(word[i]);
+      }
+    }
   }
   ClassAtLeastMasksScalar<uint16_t>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+  return prefix.at != nullptr ? full : 0;
 }
 #endif
 
 template <typename T, int K>
-void ClassAtLeastMasksAnyK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                           uint64_t* out) {
+size_t ClassAtLeastMasksAnyK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
+                             uint64_t* out, RowPrefixOut prefix) {
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (sizeof(T) == 2) return ClassAtLeastMasks16<K>(bytes, count, shift, class_mask, t, out);
+  if constexpr (sizeof(T) == 2) return ClassAtLeastMasks16<K>(bytes, count, shift, class_mask, t, out, prefix);
 #endif
-  ClassAtLeastMasksK<T, K>(bytes, count, shift, class_mask, t, out);
+  return ClassAtLeastMasksK<T, K>(bytes, count, shift, class_mask, t, out, prefix);
 }
 
 template <typename T>
-void ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
-                        uint64_t* out) {
+size_t ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
+                          uint64_t* out, RowPrefixOut prefix) {
   switch (k) {
-    case 0: return;
-    case 1: return ClassAtLeastMasksAnyK<T, 1>(bytes, count, shift, class_mask, t, out);
-    case 2: return ClassAtLeastMasksAnyK<T, 2>(bytes, count, shift, class_mask, t, out);
-    case 3: return ClassAtLeastMasksAnyK<T, 3>(bytes, count, shift, class_mask, t, out);
-    case 4: return ClassAtLeastMasksAnyK<T, 4>(bytes, count, shift, class_mask, t, out);
-    case 5: return ClassAtLeastMasksAnyK<T, 5>(bytes, count, shift, class_mask, t, out);
-    case 6: return ClassAtLeastMasksAnyK<T, 6>(bytes, count, shift, class_mask, t, out);
-    default: return ClassAtLeastMasksAnyK<T, 7>(bytes, count, shift, class_mask, t, out);
+    case 0: return 0;
+    case 1: return ClassAtLeastMasksAnyK<T, 1>(bytes, count, shift, class_mask, t, out, prefix);
+    case 2: return ClassAtLeastMasksAnyK<T, 2>(bytes, count, shift, class_mask, t, out, prefix);
+    case 3: return ClassAtLeastMasksAnyK<T, 3>(bytes, count, shift, class_mask, t, out, prefix);
+    case 4: return ClassAtLeastMasksAnyK<T, 4>(bytes, count, shift, class_mask, t, out, prefix);
+    case 5: return ClassAtLeastMasksAnyK<T, 5>(bytes, count, shift, class_mask, t, out, prefix);
+    case 6: return ClassAtLeastMasksAnyK<T, 6>(bytes, count, shift, class_mask, t, out, prefix);
+    default: return ClassAtLeastMasksAnyK<T, 7>(bytes, count, shift, class_mask, t, out, prefix);
   }
 }
 
-HWY_INLINE void ClassAtLeastMasksAnyWidth(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm,
-                                          const uint8_t* t, int k, uint64_t* out) {
+// Returns the words w whose row prefixes were written: [0, returned); 0 where `prefix` is null
+// or the kernel is scalar.
+HWY_INLINE size_t ClassAtLeastMasksAnyWidth(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm,
+                                            const uint8_t* t, int k, uint64_t* out, RowPrefixOut prefix = {}) {
   const size_t words = (count + 63) / 64;
   switch (width) {
-    case 1: return ClassAtLeastMasksScalar<uint8_t>(e, 0, count, shift, cm, t, k, words, out);
-    case 2: return ClassAtLeastMasksT<uint16_t>(e, count, shift, cm, t, k, out);
-    case 4: return ClassAtLeastMasksT<uint32_t>(e, count, shift, cm, t, k, out);
-    default: return ClassAtLeastMasksScalar<uint64_t>(e, 0, count, shift, cm, t, k, words, out);
+    case 1: return ClassAtLeastMasksScalar<uint8_t>(e, 0, count, shift, cm, t, k, words, out), 0;
+    case 2: return ClassAtLeastMasksT<uint16_t>(e, count, shift, cm, t, k, out, prefix);
+    case 4: return ClassAtLeastMasksT<uint32_t>(e, count, shift, cm, t, k, out, prefix);
+    default: return ClassAtLeastMasksScalar<uint64_t>(e, 0, count, shift, cm, t, k, words, out), 0;
   }
 }
 
