@@ -83,31 +83,59 @@ class ByteReader {
 class BitWriter {
  public:
   explicit BitWriter(std::vector<uint8_t>& out) : out_(out), buf_(out.data()), cap_(out.size()), at_(out.size()) {}
-  // nbits <= 56; `bits` has no bits set at or above nbits.
-  void Put(uint64_t bits, int nbits) {
-    acc_ |= bits << fill_;  // fill_ <= 7, so at most 63 bits are held
-    fill_ += nbits;
-    if (at_ + 8 > cap_) [[unlikely]]
-      Grow();
-    std::memcpy(buf_ + at_, &acc_, 8);
-    const int bytes = fill_ >> 3;
-    at_ += static_cast<size_t>(bytes);
-    acc_ >>= 8 * bytes;  // at most 56
-    fill_ &= 7;
-  }
-  // q one-bits then a zero bit.
-  void PutUnary(uint64_t q) {
-    while (q >= 31) Put(0x7fffffffu, 31), q -= 31;
-    Put((1ull << q) - 1, static_cast<int>(q) + 1);
-  }
-  // A Rice code with parameter r (<= 30): value >> r in unary, then its r low bits; one Put when
-  // the whole code fits one (quotient below 32). BitReader::GetRice reads it.
-  void PutRice(uint64_t value, int r) {
-    const uint64_t q = value >> r, low = value & ((uint64_t{1} << r) - 1);
-    if (q < 32 && r <= 24) return Put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<int>(q) + 1 + r);
-    PutUnary(q);
-    if (r > 0) Put(low, r);
-  }
+
+  // The writer's state copied into a local object for a loop of writes, and copied back when it
+  // goes out of scope; the writer must not be used meanwhile. In the local the state stays in
+  // registers, where the writer's own members are stored and reloaded around every byte store
+  // (the stores may alias them, and the writer's address escapes to Grow).
+  class Local {
+   public:
+    explicit Local(BitWriter& w) : w_(w), buf_(w.buf_), cap_(w.cap_), at_(w.at_), acc_(w.acc_), fill_(w.fill_) {}
+    ~Local() { w_.at_ = at_, w_.acc_ = acc_, w_.fill_ = fill_; }
+    Local(const Local&) = delete;
+    Local& operator=(const Local&) = delete;
+
+    // nbits <= 56; `bits` has no bits set at or above nbits.
+    void Put(uint64_t bits, int nbits) {
+      acc_ |= bits << fill_;  // fill_ <= 7, so at most 63 bits are held
+      fill_ += nbits;
+      if (at_ + 8 > cap_) [[unlikely]] {
+        w_.Grow();
+        buf_ = w_.buf_, cap_ = w_.cap_;
+      }
+      std::memcpy(buf_ + at_, &acc_, 8);
+      const int bytes = fill_ >> 3;
+      at_ += static_cast<size_t>(bytes);
+      acc_ >>= 8 * bytes;  // at most 56
+      fill_ &= 7;
+    }
+    // q one-bits then a zero bit.
+    void PutUnary(uint64_t q) {
+      while (q >= 31) Put(0x7fffffffu, 31), q -= 31;
+      Put((1ull << q) - 1, static_cast<int>(q) + 1);
+    }
+    // A Rice code with parameter r (<= 30): value >> r in unary, then its r low bits; one Put when
+    // the whole code fits one (quotient below 32). BitReader::GetRice reads it.
+    void PutRice(uint64_t value, int r) {
+      const uint64_t q = value >> r, low = value & ((uint64_t{1} << r) - 1);
+      if (q < 32 && r <= 24) [[likely]]
+        return Put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<int>(q) + 1 + r);
+      PutUnary(q);
+      if (r > 0) Put(low, r);
+    }
+
+   private:
+    BitWriter& w_;
+    uint8_t* buf_;
+    size_t cap_;
+    size_t at_;
+    uint64_t acc_;
+    int fill_;
+  };
+
+  void Put(uint64_t bits, int nbits) { Local(*this).Put(bits, nbits); }
+  void PutUnary(uint64_t q) { Local(*this).PutUnary(q); }
+  void PutRice(uint64_t value, int r) { Local(*this).PutRice(value, r); }
   void Flush() {
     out_.resize(at_);
     if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));

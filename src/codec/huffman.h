@@ -22,6 +22,7 @@ class HuffmanEncoder {
   // Appends the code table: varint m, then m × varint (symbol gap << 4 | code length).
   void WriteTable(std::vector<uint8_t>* out) const;
   void Put(BitWriter& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
+  void Put(BitWriter::Local& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
   // Total size in bits of coding the given frequencies (table excluded).
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 

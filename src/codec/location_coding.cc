@@ -95,10 +95,13 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
     case LocationMethod::kRice: {
       out->push_back(static_cast<uint8_t>(c.rice_k));
       BitWriter w(*out);
-      uint64_t prev = block_start;
-      for (uint32_t p : pos) {
-        w.PutRice(p - prev, c.rice_k);
-        prev = uint64_t{p} + 1;
+      {
+        BitWriter::Local gaps(w);
+        uint64_t prev = block_start;
+        for (uint32_t p : pos) {
+          gaps.PutRice(p - prev, c.rice_k);
+          prev = uint64_t{p} + 1;
+        }
       }
       w.Flush();
       break;

@@ -34,7 +34,8 @@ inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population
 
 // Writes each gap as a Rice code with parameter r.
 inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
-  for (uint64_t g : gaps) w.PutRice(g, r);
+  BitWriter::Local out(w);
+  for (uint64_t g : gaps) out.PutRice(g, r);
 }
 
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).

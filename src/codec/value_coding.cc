@@ -115,8 +115,11 @@ void EncodeHuffman(std::span<const ValueRun> runs, const HuffmanEncoder& code, u
       if (v >= kEscape) out->insert(out->end(), p, p + r.width);
     });
   BitWriter w(*out);
-  for (const ValueRun& r : runs)
-    ForEachValue(r, [&](uint64_t v, const uint8_t*) { code.Put(w, v >= kEscape ? kEscape : static_cast<uint32_t>(v)); });
+  {
+    BitWriter::Local symbols(w);
+    for (const ValueRun& r : runs)
+      ForEachValue(r, [&](uint64_t v, const uint8_t*) { code.Put(symbols, v >= kEscape ? kEscape : static_cast<uint32_t>(v)); });
+  }
   w.Flush();
 }
 
