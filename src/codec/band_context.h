@@ -26,11 +26,13 @@ namespace dcr {
 // Appends the banded code of the changed positions (positions[i] ascending, relative to segment
 // i, at least one in all) to `out`. Deterministic: a function of the segments' bytes only, the
 // same with any thread count. With threads >= 2 and at least kSplitWalkMinElements elements, a
-// helper thread may walk the second half of the old bits; with threads >= 2 the helper also runs
-// `also` (another section's encode) if no thread has claimed it; the caller runs it afterwards if
-// it is still unclaimed. (band_encode.cc)
+// helper thread may walk the second half of the old bits. With threads >= 2 the helper also runs
+// `filler` (while the calling thread fits the bands) and `also` (while it writes the code), each
+// unless a thread has claimed it: other work of the same payload. Either may still be unclaimed
+// on return; the caller runs it then (RunIfUnclaimed). (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out, int threads = 1, ClaimableTask* also = nullptr);
+                           std::vector<uint8_t>* out, int threads = 1, ClaimableTask* also = nullptr,
+                           ClaimableTask* filler = nullptr);
 
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the

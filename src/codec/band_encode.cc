@@ -14,13 +14,33 @@
 namespace dcr {
 namespace {
 
+// Appends the code of the fitted bands and their gaps (written[b] gaps of band b from
+// gaps[offset[b]] on, among population[b] elements).
+void WriteBandedCode(const FittedBands& fit, const BandWords& offset, const EncodeWalkEnd& walked, const uint64_t* gaps,
+                     std::vector<uint8_t>* out) {
+  const size_t k = static_cast<size_t>(fit.bands.k);
+  out->push_back(static_cast<uint8_t>(k));
+  for (size_t i = 0; i + 1 < k; ++i) out->push_back(fit.bands.t[i]);
+  std::array<int, kMaxContextBands> rice{};
+  for (size_t b = 0; b < k; ++b) {
+    const std::span<const uint64_t> g(gaps + offset[b], fit.changes[b]);
+    PutVarint(*out, g.size());
+    if (g.empty()) continue;
+    rice[b] = BestRiceParameter(g, walked.population[b]);
+    out->push_back(static_cast<uint8_t>(rice[b]));
+  }
+  BitWriter w(*out);
+  for (size_t b = 0; b < k; ++b) PutRiceGaps(w, std::span<const uint64_t>(gaps + offset[b], fit.changes[b]), rice[b]);
+  w.Flush();
+}
+
 // One encode of banded locations, split between the calling thread and a helper: what both
 // threads share. The band fit's class counts are split at a segment boundary (`fit_seg`; 0: not
 // split) and the walk over the old bits at `split`. The calling thread counts the first segments'
-// classes, fits the bands and walks the first part; the second count and the second part go to
-// whichever thread claims them first, so a helper that comes late costs nothing. Counts add up
-// exactly, and the second part's gaps are joined onto the first's (Join), so the bytes are the
-// one-thread encode's, whoever did what.
+// classes, fits the bands, walks the first part, joins the parts and writes the code; the second
+// count and the second part go to whichever thread claims them first, so a helper that comes
+// late costs nothing. Counts add up exactly, and the second part's gaps are joined onto the
+// first's (Join), so the bytes are the one-thread encode's, whoever did what.
 class TwoThreadEncode {
  public:
   TwoThreadEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
@@ -48,18 +68,21 @@ class TwoThreadEncode {
     if (caller_walks_on_) (void)second_claim_.Claim(), (void)count_claim_.Claim();
   }
 
-  // The helper's share: the second count (if unclaimed), then `also`, then the second part of
-  // the walk once the bands are fitted (if unclaimed, or always on kHelperPath).
-  void Help(ClaimableTask* also) {
+  // The helper's share: the second count (if unclaimed), then `filler` while the caller fits
+  // the bands, then the second part of the walk (if unclaimed, or always on kHelperPath), then
+  // `also` while the caller writes the code.
+  void Help(ClaimableTask* filler, ClaimableTask* also) {
     if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
-    if (also != nullptr) (void)also->RunIfUnclaimed();
+    if (filler != nullptr) (void)filler->RunIfUnclaimed();
     YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
     if (helper_path_ || second_claim_.Claim()) WalkSecond();
+    if (also != nullptr) (void)also->RunIfUnclaimed();
   }
 
   // The calling thread's share: count (the second segments' classes too unless the helper
-  // claimed them), fit, walk the first part and, unless the helper claimed it, the second.
-  void Main() {
+  // claimed them), fit, walk the first part and, unless the helper claimed it, the second; then
+  // the joined code, appended to `out`.
+  void Main(std::vector<uint8_t>* out) {
     FitCounts counts;
     CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
     if (fit_seg_ > 0) {
@@ -71,10 +94,15 @@ class TwoThreadEncode {
     offset_ = BandOffsets(fit_.changes);
     fitted_.store(true, std::memory_order_release);
     first_end_ = EncodeBandWalk(segs_, first_pos_, fit_.bands, offset_, gaps_, {0, split_.seg + 1, 0, split_.elem});
-    if (caller_walks_on_ || (!helper_path_ && second_claim_.Claim())) WalkSecond();
+    if (caller_walks_on_ || (!helper_path_ && second_claim_.Claim()))
+      WalkSecond();
+    else
+      YieldUntil([&] { return second_walked_.load(std::memory_order_acquire); });
+    WriteBandedCode(fit_, offset_, Join(), gaps_, out);
   }
 
-  // After both shares: the second part's gaps appended to the first's, each band's first gap
+ private:
+  // After both walks: the second part's gaps appended to the first's, each band's first gap
   // there made relative to the first part's last change, and the populations added.
   EncodeWalkEnd Join() {
     EncodeWalkEnd whole;
@@ -90,10 +118,6 @@ class TwoThreadEncode {
     return whole;
   }
 
-  const FittedBands& fit() const { return fit_; }
-  const BandWords& offset() const { return offset_; }
-
- private:
   void CountSecond() {
     CountFitClasses(segs_, positions_, fit_seg_, segs_.size(), stride_, &second_counts_);
     counted_.store(true, std::memory_order_release);
@@ -101,6 +125,7 @@ class TwoThreadEncode {
   void WalkSecond() {
     second_end_ = EncodeBandWalk(segs_, second_pos_, fit_.bands, offset_, second_gaps_,
                                  {split_.seg, segs_.size(), split_.elem, ~uint64_t{0}});
+    second_walked_.store(true, std::memory_order_release);
   }
 
   std::span<const ContextSegment> segs_;
@@ -113,7 +138,7 @@ class TwoThreadEncode {
   uint64_t* second_gaps_ = nullptr;
   bool helper_path_ = false, caller_walks_on_ = false;
   ClaimOnce count_claim_, second_claim_;
-  std::atomic<bool> counted_{false}, fitted_{false};
+  std::atomic<bool> counted_{false}, fitted_{false}, second_walked_{false};
   FitCounts second_counts_;
   FittedBands fit_;
   BandWords offset_{};
@@ -123,7 +148,7 @@ class TwoThreadEncode {
 }  // namespace
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out, int threads, ClaimableTask* also) {
+                           std::vector<uint8_t>* out, int threads, ClaimableTask* also, ClaimableTask* filler) {
   uint64_t total_elements = 0, total_changes = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
@@ -133,53 +158,40 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
   // The encoder's second part needs no population count first (unlike the decoder's), so any
   // payload large enough splits.
   const WalkSplit split = threads >= 2 && total_elements >= kSplitWalkMinElements ? HalfwayTileSplit(segs, total_elements) : WalkSplit{};
-  FittedBands fit;
-  BandWords offset{};
-  EncodeWalkEnd walked;
   if (split.use) {
     TwoThreadEncode two(segs, positions, split, total_elements, total_changes, gaps.data());
     auto side = [&] {
-      two.Help(also);
+      two.Help(filler, also);
       return Status::Ok();
     };
     auto main = [&] {
-      two.Main();
+      two.Main(out);
       return Status::Ok();
     };
     if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
       (void)RunConcurrently(side, main);
     else
       (void)OfferToHelper(side, main);
-    walked = two.Join();
-    fit = two.fit();
-    offset = two.offset();
-  } else {
-    auto walk_whole = [&] {
-      fit = FitContextBands(segs, positions);
-      offset = BandOffsets(fit.changes);
-      walked = EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), {0, segs.size(), 0, ~uint64_t{0}});
-      return Status::Ok();
-    };
-    if (threads >= 2 && also != nullptr)
-      (void)OfferClaimable(*also, walk_whole);
-    else
-      (void)walk_whole();
+    return;
   }
-
-  const size_t k = static_cast<size_t>(fit.bands.k);
-  out->push_back(static_cast<uint8_t>(k));
-  for (size_t i = 0; i + 1 < k; ++i) out->push_back(fit.bands.t[i]);
-  std::array<int, kMaxContextBands> rice{};
-  for (size_t b = 0; b < k; ++b) {
-    const std::span<const uint64_t> g(gaps.data() + offset[b], fit.changes[b]);
-    PutVarint(*out, g.size());
-    if (g.empty()) continue;
-    rice[b] = BestRiceParameter(g, walked.population[b]);
-    out->push_back(static_cast<uint8_t>(rice[b]));
+  auto encode_whole = [&] {
+    const FittedBands fit = FitContextBands(segs, positions);
+    const BandWords offset = BandOffsets(fit.changes);
+    const EncodeWalkEnd walked = EncodeBandWalk(segs, positions, fit.bands, offset, gaps.data(), {0, segs.size(), 0, ~uint64_t{0}});
+    WriteBandedCode(fit, offset, walked, gaps.data(), out);
+    return Status::Ok();
+  };
+  if (threads < 2 || (also == nullptr && filler == nullptr)) {
+    (void)encode_whole();
+    return;
   }
-  BitWriter w(*out);
-  for (size_t b = 0; b < k; ++b) PutRiceGaps(w, std::span<const uint64_t>(gaps.data() + offset[b], fit.changes[b]), rice[b]);
-  w.Flush();
+  (void)OfferToHelper(
+      [&] {
+        if (filler != nullptr) (void)filler->RunIfUnclaimed();
+        if (also != nullptr) (void)also->RunIfUnclaimed();
+        return Status::Ok();
+      },
+      encode_whole);
 }
 
 }  // namespace dcr

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include "base/thread_pool.h"
+#include "codec/band_context.h"
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
 #include "codec/section_coding.h"
@@ -83,17 +84,24 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       per_segment.push_back(std::span<const uint32_t>(positions_).subspan(from, end - from));
       from = end;
     }
+    // A lower bound of the plain code's size (O(changes)), for the choice below: the helper may
+    // take it while this thread fits the bands.
+    uint64_t plain_at_least = 0;
+    ClaimableTask plain_bound([&] {
+      for (size_t i = 0; i < context_segments_.size(); ++i)
+        plain_at_least += LocationCodeBytesLowerBound(
+            per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype), options_.block_log2);
+      return Status::Ok();
+    });
+    const bool plain_possible = options_.context != EncodeOptions::Context::kAlways;
     context_raw_.clear();
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, threads, also);
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, threads, also, plain_possible ? &plain_bound : nullptr);
+    if (plain_possible) (void)plain_bound.RunIfUnclaimed();
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
-    uint64_t loc_bound = 0, plain_at_least = 0;
-    for (size_t i = 0; i < context_segments_.size(); ++i) {
-      const uint64_t count = context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype);
-      loc_bound += MaxLocationBytes(count, options_.block_log2);
-      if (options_.context != EncodeOptions::Context::kAlways)
-        plain_at_least += LocationCodeBytesLowerBound(per_segment[i], count, options_.block_log2);
-    }
+    uint64_t loc_bound = 0;
+    for (const ContextSegment& seg : context_segments_)
+      loc_bound += MaxLocationBytes(seg.base.size() / DTypeWidth(seg.dtype), options_.block_log2);
     // The plain code's exact size only when the cheap lower bound does not already decide.
     auto smaller_than_plain = [&] {
       if (context_raw_.size() < plain_at_least) return true;
@@ -132,8 +140,12 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // possible), a second thread codes the values into their own buffer meanwhile, and may walk
   // half of the old bits for the banded code. A plain-only code was made segment by segment in
   // AddChanges, and nothing here would overlap the values.
-  const bool share_values = threads >= 2 && changed_ >= kConcurrentSectionsMinChanges &&
-                            options_.context != EncodeOptions::Context::kNever;
+  // With fewer changes it waits for a helper only where one is already at work: on a payload
+  // whose banded walk splits.
+  uint64_t context_elements = 0;
+  for (const ContextSegment& seg : context_segments_) context_elements += seg.base.size() / DTypeWidth(seg.dtype);
+  const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
+                            (changed_ >= kConcurrentSectionsMinChanges || context_elements >= kSplitWalkMinElements);
   values_.clear();
   ClaimableTask values_task([&] {
     val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
