@@ -100,6 +100,8 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   const CodeRanges ranges = CanonicalRanges(len_);
   DCR_CHECK(ranges.fits);
   code_ = CanonicalCodes(len_, ranges);
+  packed_.resize(len_.size());
+  for (size_t i = 0; i < len_.size(); ++i) packed_[i] = uint32_t{len_[i]} << 16 | code_[i];
 }
 
 void HuffmanEncoder::WriteTable(std::vector<uint8_t>* out) const {

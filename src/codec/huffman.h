@@ -23,12 +23,20 @@ class HuffmanEncoder {
   void WriteTable(std::vector<uint8_t>* out) const;
   void Put(BitWriter& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
   void Put(BitWriter::Local& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
+  // Three symbols in one write (3 × 15 bits fit one Put): each symbol's code and length packed
+  // in one word, so that a symbol costs one load.
+  void Put3(BitWriter::Local& w, uint32_t a, uint32_t b, uint32_t c) const {
+    const uint32_t ea = packed_[a], eb = packed_[b], ec = packed_[c];
+    const int la = static_cast<int>(ea >> 16), lb = static_cast<int>(eb >> 16), lc = static_cast<int>(ec >> 16);
+    w.Put(uint64_t{ea & 0xffff} | uint64_t{eb & 0xffff} << la | uint64_t{ec & 0xffff} << (la + lb), la + lb + lc);
+  }
   // Total size in bits of coding the given frequencies (table excluded).
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 
  private:
   std::vector<uint8_t> len_;
   std::vector<uint32_t> code_;
+  std::vector<uint32_t> packed_;  // len << 16 | code
 };
 
 class HuffmanDecoder {

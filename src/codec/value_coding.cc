@@ -105,20 +105,48 @@ Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<cons
   return Status::Ok();
 }
 
+// Adds the symbols of n values of type U at p to four interleaved histograms of kAlphabet
+// counters (value i to histogram i % 4), and appends the bytes of escaped values to `escaped`.
+template <typename U>
+void CountSymbols(const uint8_t* p, uint64_t n, uint64_t* freq4, std::vector<uint8_t>* escaped) {
+  auto count = [&](uint64_t i, uint64_t* freq) {
+    U v;
+    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+    if (v >= kEscape) [[unlikely]]
+      escaped->insert(escaped->end(), p + i * sizeof(U), p + (i + 1) * sizeof(U));
+    ++freq[std::min<uint64_t>(v, kEscape)];
+  };
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    count(i, freq4), count(i + 1, freq4 + kAlphabet), count(i + 2, freq4 + 2 * kAlphabet), count(i + 3, freq4 + 3 * kAlphabet);
+  for (; i < n; ++i) count(i, freq4 + (i & 3) * kAlphabet);
+}
+
+// The symbols of values of type U, three per write.
+template <typename U>
+void PutSymbols(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWriter::Local& w) {
+  auto symbol = [&](uint64_t i) {
+    U v;
+    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+    return static_cast<uint32_t>(std::min<uint64_t>(v, kEscape));
+  };
+  uint64_t i = 0;
+  for (; i + 3 <= n; i += 3) code.Put3(w, symbol(i), symbol(i + 1), symbol(i + 2));
+  for (; i < n; ++i) code.Put(w, symbol(i));
+}
+
 // Symbol Huffman stored form: table, varint escape-byte count, escape bytes, bit stream.
-void EncodeHuffman(std::span<const ValueRun> runs, const HuffmanEncoder& code, uint64_t escape_bytes,
+// `escape_bytes`: the bytes of every value at or above kEscape, in order.
+void EncodeHuffman(std::span<const ValueRun> runs, std::span<const uint8_t> escape_bytes, const HuffmanEncoder& code,
                    std::vector<uint8_t>* out) {
   code.WriteTable(out);
-  PutVarint(*out, escape_bytes);
-  for (const ValueRun& r : runs)
-    ForEachValue(r, [&](uint64_t v, const uint8_t* p) {
-      if (v >= kEscape) out->insert(out->end(), p, p + r.width);
-    });
+  PutVarint(*out, escape_bytes.size());
+  out->insert(out->end(), escape_bytes.begin(), escape_bytes.end());
   BitWriter w(*out);
   {
     BitWriter::Local symbols(w);
     for (const ValueRun& r : runs)
-      ForEachValue(r, [&](uint64_t v, const uint8_t*) { code.Put(symbols, v >= kEscape ? kEscape : static_cast<uint32_t>(v)); });
+      WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, symbols); });
   }
   w.Flush();
 }
@@ -175,19 +203,16 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
   thread_local std::vector<uint64_t> freq4(4 * kAlphabet);
   std::fill(freq4.begin(), freq4.end(), 0);
   std::vector<uint64_t> freq(kAlphabet, 0);
-  uint64_t values = 0, escape_bytes = 0, raw_bytes = 0;
+  thread_local std::vector<uint8_t> escaped;  // the escaped values' bytes, gathered as they are counted
+  escaped.clear();
+  uint64_t values = 0, raw_bytes = 0;
   for (const ValueRun& r : runs) {
     DCR_CHECK(r.bytes.size() == r.count * r.width);
     values += r.count;
     raw_bytes += r.bytes.size();
-    uint64_t i = 0, run_escapes = 0;
-    ForEachValue(r, [&](uint64_t v, const uint8_t*) {
-      const bool escape = v >= kEscape;
-      run_escapes += escape;
-      ++freq4[(i++ & 3) * kAlphabet + (escape ? kEscape : v)];
-    });
-    escape_bytes += run_escapes * r.width;
+    WithWidth(r.width, [&](auto zero) { CountSymbols<decltype(zero)>(r.bytes.data(), r.count, freq4.data(), &escaped); });
   }
+  const uint64_t escape_bytes = escaped.size();
   for (uint32_t v = 0; v < kAlphabet; ++v)
     freq[v] = freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
   DCR_CHECK(values > 0);
@@ -205,7 +230,7 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
       return c == SectionCodec::kZstd ? ValueCodec::kPlanesZstd : ValueCodec::kPlanesRaw;
     }
   }
-  EncodeHuffman(runs, code, escape_bytes, out);
+  EncodeHuffman(runs, escaped, code, out);
   return ValueCodec::kHuffman;
 }
 
