@@ -66,7 +66,9 @@ inline constexpr uint64_t kSplitWalkMinChanges = 16 * 1024;
 // whatever the timing. Either of the last two also splits payloads with fewer than
 // kSplitWalkMinChanges changes.
 // The encoder's split walks (EncodeBandedLocations) follow the same setting; its second part
-// needs no population count, so kHelperPath there only means that the helper walks it.
+// needs no population count, so kHelperPath there only means that the helper walks it. So does
+// the value section's two-thread encode (EncodeValues): kHelperPath, the helper counts and writes
+// the second half's symbols; kCallerWalksOn, the calling thread does all.
 enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
 void SetSecondPartWalkerForTests(SecondPartWalker walker);
 SecondPartWalker GetSecondPartWalkerForTests();

@@ -124,6 +124,19 @@ class BitWriter {
       if (r > 0) Put(low, r);
     }
 
+    // The first `nbits` bits of `bits` (LSB-first, as a BitWriter wrote them), bit for bit.
+    void AppendBits(std::span<const uint8_t> bits, uint64_t nbits) {
+      const uint8_t* p = bits.data();
+      for (; nbits >= 32; nbits -= 32, p += 4) {
+        uint32_t word;
+        std::memcpy(&word, p, 4);
+        Put(word, 32);
+      }
+      uint64_t last = 0;
+      std::memcpy(&last, p, static_cast<size_t>((nbits + 7) / 8));
+      if (nbits > 0) Put(last & ((uint64_t{1} << nbits) - 1), static_cast<int>(nbits));
+    }
+
    private:
     BitWriter& w_;
     uint8_t* buf_;
@@ -136,6 +149,8 @@ class BitWriter {
   void Put(uint64_t bits, int nbits) { Local(*this).Put(bits, nbits); }
   void PutUnary(uint64_t q) { Local(*this).PutUnary(q); }
   void PutRice(uint64_t value, int r) { Local(*this).PutRice(value, r); }
+  // Bits written to the vector, counted from its start (its first 8 × size() bits when made).
+  uint64_t BitCount() const { return 8 * uint64_t{at_} + static_cast<uint64_t>(fill_); }
   void Flush() {
     out_.resize(at_);
     if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));

@@ -1,9 +1,10 @@
 // Codec tests, part 5b: context mode with a second thread. DecodePayload decodes the value
 // section beside the locations and splits the banded walk over the old bits; the encoder splits
-// the band fit's counts and its walk. Whichever thread does which part, the changes, errors and
-// bytes are those of one thread.
+// the band fit's counts and its walk, and the value section's counts and symbols. Whichever
+// thread does which part, the changes, errors and bytes are those of one thread.
 #include "codec/band_context.h"
 #include "codec/context_test_support.h"
+#include "codec/value_coding.h"
 
 namespace dcr {
 namespace {
@@ -187,6 +188,64 @@ TEST(ConcurrentDecode, ABandWhoseChangesAllLieBeforeTheSplitNeedsNoRetry) {
   EXPECT_EQ(after.splits, before.splits + 1);
   EXPECT_EQ(after.fallbacks, before.fallbacks);
   ExpectSameSegments(one, two, "band exhausted before the split");
+}
+
+// The value section on two threads (each half's symbol counts and bit stream, the second
+// appended bit for bit) is byte for byte the one-thread section, for every walker setting: runs
+// of every width, the cut inside a run or between runs, a run of one value, escapes few (Huffman)
+// and many (byte planes), and bit streams of every length mod 8.
+TEST(ConcurrentEncode, TheValueSectionOnTwoThreadsGivesTheBytesOfOneThread) {
+  std::mt19937_64 rng(57);
+  // Mostly XOR-like low-bit masks; `escapes` of them at or above the 12-bit escape: random
+  // ones where few, where many three values over and over (which zstd packs better).
+  auto values = [&](uint32_t width, uint64_t n, double escapes) {
+    std::vector<uint8_t> b(n * width);
+    const uint64_t top = width == 1 ? 0xff : width == 2 ? 0xffff : ~uint64_t{0} >> (64 - 8 * width);
+    const uint64_t repeated[3] = {0x4000, 0x8001, 0xffff};
+    for (uint64_t i = 0; i < n; ++i) {
+      const bool escape = std::uniform_real_distribution<double>(0, 1)(rng) < escapes;
+      uint64_t v = !escape ? (uint64_t{1} << (rng() % 5)) - 1 + (rng() % 3) : escapes < 0.1 ? rng() & top : repeated[rng() % 3];
+      std::memcpy(b.data() + i * width, &v, width);
+    }
+    return b;
+  };
+  struct Case {
+    std::vector<std::pair<uint32_t, uint64_t>> runs;  // width, count
+    double escapes;
+  };
+  const std::vector<Case> cases = {
+      {{{2, 40001}}, 0.001},                                // one run, cut inside it
+      {{{2, 9000}, {2, 9000}, {2, 3}}, 0.0},                // cut at a run boundary, no escapes
+      {{{1, 7000}, {2, 20000}, {4, 5000}, {8, 777}}, 0.01}, // every width
+      {{{2, 30000}}, 0.5},                                  // escapes many: byte planes
+  };
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const Case& c : cases) {
+    for (int extra = 0; extra < 3; ++extra) {  // bit streams of different lengths
+      bytes.clear();
+      std::vector<ValueRun> runs;
+      uint64_t total = 0;
+      for (const auto& [width, count] : c.runs) bytes.push_back(values(width, count + static_cast<uint64_t>(extra), c.escapes));
+      for (size_t i = 0; i < c.runs.size(); ++i) {
+        runs.push_back({c.runs[i].first, c.runs[i].second + static_cast<uint64_t>(extra), bytes[i]});
+        total += runs.back().count;
+      }
+      ASSERT_GE(total, kConcurrentValuesMin);
+      std::vector<uint8_t> one = {0x5a};
+      const ValueCodec codec = EncodeValues(runs, 1, &one, 1);
+      EXPECT_EQ(codec == ValueCodec::kHuffman, c.escapes < 0.1) << "the cases cover both forms";
+      for (SecondPartWalker walker : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn}) {
+        SetSecondPartWalkerForTests(walker);
+        std::vector<uint8_t> two = {0x5a};
+        const ValueCodec codec_two = EncodeValues(runs, 1, &two, 2);
+        SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+        const std::string what = "case with " + std::to_string(c.runs.size()) + " runs, +" + std::to_string(extra) +
+                                 ", walker " + std::to_string(static_cast<int>(walker));
+        EXPECT_EQ(codec_two, codec) << what;
+        EXPECT_EQ(two, one) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
     out->insert(out->end(), values_.begin(), values_.end());
   } else {
     val_at = out->size();
-    val_codec = EncodeValues(runs_, options_.zstd_level, out);
+    val_codec = EncodeValues(runs_, options_.zstd_level, out, threads);
   }
 
   uint8_t* h = out->data() + at;

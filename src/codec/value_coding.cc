@@ -1,8 +1,11 @@
 #include "codec/value_coding.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
+#include "base/thread_pool.h"
+#include "codec/band_context.h"
 #include "codec/bit_stream.h"
 #include "codec/huffman.h"
 #include "codec/section_coding.h"
@@ -135,22 +138,6 @@ void PutSymbols(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWri
   for (; i < n; ++i) code.Put(w, symbol(i));
 }
 
-// Symbol Huffman stored form: table, varint escape-byte count, escape bytes, bit stream.
-// `escape_bytes`: the bytes of every value at or above kEscape, in order.
-void EncodeHuffman(std::span<const ValueRun> runs, std::span<const uint8_t> escape_bytes, const HuffmanEncoder& code,
-                   std::vector<uint8_t>* out) {
-  code.WriteTable(out);
-  PutVarint(*out, escape_bytes.size());
-  out->insert(out->end(), escape_bytes.begin(), escape_bytes.end());
-  BitWriter w(*out);
-  {
-    BitWriter::Local symbols(w);
-    for (const ValueRun& r : runs)
-      WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, symbols); });
-  }
-  w.Flush();
-}
-
 Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                      std::span<std::vector<uint8_t>* const> outs) {
   ByteReader r(stored);
@@ -196,42 +183,180 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
     for (uint32_t b = 0; b < width; ++b) out[i * width + b] = planes[b * n + i];
 }
 
-ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out) {
-  // Four interleaved histograms: XOR masks repeat (0x1, 0x3, ...), and increments of one counter
-  // in a row would wait on each other's stores.
-  // Per thread and reused: 128 KiB, which a fresh allocation would map and fault in each time.
-  thread_local std::vector<uint64_t> freq4(4 * kAlphabet);
-  std::fill(freq4.begin(), freq4.end(), 0);
-  std::vector<uint64_t> freq(kAlphabet, 0);
-  thread_local std::vector<uint8_t> escaped;  // the escaped values' bytes, gathered as they are counted
-  escaped.clear();
+namespace {
+
+// The symbol counts of some runs: four interleaved histograms (XOR masks repeat, 0x1, 0x3 ...,
+// and increments of one counter in a row would wait on each other's stores) and the escaped
+// values' bytes in order. Reused per thread: the histograms are 128 KiB, which a fresh
+// allocation would map and fault in each time.
+struct SymbolCounts {
+  std::vector<uint64_t> freq4 = std::vector<uint64_t>(4 * kAlphabet);
+  std::vector<uint8_t> escaped;
   uint64_t values = 0, raw_bytes = 0;
-  for (const ValueRun& r : runs) {
-    DCR_CHECK(r.bytes.size() == r.count * r.width);
-    values += r.count;
-    raw_bytes += r.bytes.size();
-    WithWidth(r.width, [&](auto zero) { CountSymbols<decltype(zero)>(r.bytes.data(), r.count, freq4.data(), &escaped); });
+
+  void Count(std::span<const ValueRun> runs) {
+    std::fill(freq4.begin(), freq4.end(), 0);
+    escaped.clear();
+    values = raw_bytes = 0;
+    for (const ValueRun& r : runs) {
+      DCR_CHECK(r.bytes.size() == r.count * r.width);
+      values += r.count;
+      raw_bytes += r.bytes.size();
+      WithWidth(r.width, [&](auto zero) { CountSymbols<decltype(zero)>(r.bytes.data(), r.count, freq4.data(), &escaped); });
+    }
   }
-  const uint64_t escape_bytes = escaped.size();
-  for (uint32_t v = 0; v < kAlphabet; ++v)
-    freq[v] = freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
+  void AddTo(std::vector<uint64_t>* freq) const {
+    for (uint32_t v = 0; v < kAlphabet; ++v)
+      (*freq)[v] += freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
+  }
+};
+
+void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, BitWriter::Local& w) {
+  for (const ValueRun& r : runs)
+    WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, w); });
+}
+
+// The section from the counts of every run (`parts`, in run order). Huffman stored form: table,
+// varint escape-byte count, escape bytes, then the bit stream, which `put_symbols(code, w)`
+// writes. `on_code` is called once the form is chosen, with the Huffman code if it is that form
+// (else null); put_symbols runs only after it.
+template <typename PutFn, typename CodeFn>
+ValueCodec FinishValues(std::span<const ValueRun> runs, std::span<const SymbolCounts* const> parts, int zstd_level,
+                        std::vector<uint8_t>* out, PutFn&& put_symbols, CodeFn&& on_code) {
+  std::vector<uint64_t> freq(kAlphabet, 0);
+  uint64_t values = 0, raw_bytes = 0, escape_bytes = 0;
+  for (const SymbolCounts* c : parts) {
+    c->AddTo(&freq);
+    values += c->values, raw_bytes += c->raw_bytes, escape_bytes += c->escaped.size();
+  }
   DCR_CHECK(values > 0);
   HuffmanEncoder code(freq);
   const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
-  const bool huffman_only = escape_bytes * 20 < raw_bytes;
-  std::vector<uint8_t> planes;
-  if (!huffman_only) {
+  if (escape_bytes * 20 >= raw_bytes) {
+    std::vector<uint8_t> planes, packed;
     for (const ValueRun& r : runs) ToBytePlanes(r.bytes, r.width, &planes);
-    std::vector<uint8_t> packed;
     SectionCodec c = CompressSection(planes, zstd_level, &packed);
     if (packed.size() < huffman_bytes) {
+      on_code(nullptr);
       out->insert(out->end(), packed.begin(), packed.end());
       return c == SectionCodec::kZstd ? ValueCodec::kPlanesZstd : ValueCodec::kPlanesRaw;
     }
   }
-  EncodeHuffman(runs, escaped, code, out);
+  on_code(&code);
+  code.WriteTable(out);
+  PutVarint(*out, escape_bytes);
+  for (const SymbolCounts* c : parts) out->insert(out->end(), c->escaped.begin(), c->escaped.end());
+  BitWriter w(*out);
+  {
+    BitWriter::Local symbols(w);
+    put_symbols(code, symbols);
+  }
+  w.Flush();
   return ValueCodec::kHuffman;
+}
+
+// `runs` cut at value `at`: the values before it as `first`, the rest as `second`.
+void CutRuns(std::span<const ValueRun> runs, uint64_t at, std::vector<ValueRun>* first, std::vector<ValueRun>* second) {
+  first->clear();
+  second->clear();
+  for (const ValueRun& r : runs) {
+    const uint64_t take = std::min(at, r.count);
+    if (take > 0) first->push_back({r.width, take, r.bytes.first(take * r.width)});
+    if (take < r.count) second->push_back({r.width, r.count - take, r.bytes.subspan(take * r.width)});
+    at -= take;
+  }
+}
+
+// EncodeValues on two threads: each counts the symbols of half the values, the calling thread
+// chooses the form and, for Huffman, writes the first half's symbols while the helper writes the
+// second half's into its own buffer, which is then appended bit for bit. Each half goes to
+// whichever thread claims it first, so a late helper costs nothing; the bytes are one thread's.
+ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t total, int zstd_level,
+                                    std::vector<uint8_t>* out) {
+  // The calling thread's objects, also where the helper writes (it may serve another caller as
+  // soon as this call ends).
+  thread_local SymbolCounts counts[2];
+  thread_local std::vector<ValueRun> halves[2];
+  thread_local std::vector<uint8_t> second_bits;
+  CutRuns(runs, total / 2, &halves[0], &halves[1]);
+  SymbolCounts* const count = counts;
+  std::vector<uint8_t>* const second_out = &second_bits;
+  const std::vector<ValueRun>* const half = halves;
+  ClaimOnce count_second, put_second;
+  std::atomic<bool> second_counted{false}, chosen{false}, second_put{false};
+  const HuffmanEncoder* code_for_helper = nullptr;
+  uint64_t second_nbits = 0;
+  auto put_second_half = [&](const HuffmanEncoder& code) {
+    second_out->clear();
+    BitWriter w(*second_out);
+    {
+      BitWriter::Local symbols(w);
+      PutRunSymbols(half[1], code, symbols);
+    }
+    second_nbits = w.BitCount();
+    w.Flush();
+  };
+  const SecondPartWalker who = GetSecondPartWalkerForTests();  // tests force either path
+  const bool helper_path = who == SecondPartWalker::kHelperPath, caller_all = who == SecondPartWalker::kCallerWalksOn;
+  auto helper_takes = [&](ClaimOnce& claim) { return helper_path || (!caller_all && claim.Claim()); };
+  auto caller_takes = [&](ClaimOnce& claim) { return caller_all || (!helper_path && claim.Claim()); };
+  auto side = [&] {
+    if (helper_takes(count_second)) {
+      count[1].Count(half[1]);
+      second_counted.store(true, std::memory_order_release);
+    }
+    YieldUntil([&] { return chosen.load(std::memory_order_acquire); });
+    if (code_for_helper != nullptr && helper_takes(put_second)) {
+      put_second_half(*code_for_helper);
+      second_put.store(true, std::memory_order_release);
+    }
+    return Status::Ok();
+  };
+  ValueCodec codec = ValueCodec::kHuffman;
+  auto main = [&] {
+    count[0].Count(half[0]);
+    if (caller_takes(count_second))
+      count[1].Count(half[1]);
+    else
+      YieldUntil([&] { return second_counted.load(std::memory_order_acquire); });
+    const SymbolCounts* parts[2] = {&count[0], &count[1]};
+    codec = FinishValues(
+        runs, parts, zstd_level, out,
+        [&](const HuffmanEncoder& code, BitWriter::Local& w) {
+          PutRunSymbols(half[0], code, w);
+          if (caller_takes(put_second)) {
+            PutRunSymbols(half[1], code, w);
+            return;
+          }
+          YieldUntil([&] { return second_put.load(std::memory_order_acquire); });
+          w.AppendBits(*second_out, second_nbits);
+        },
+        [&](const HuffmanEncoder* code) {
+          code_for_helper = code;
+          chosen.store(true, std::memory_order_release);
+        });
+    return Status::Ok();
+  };
+  if (helper_path)
+    (void)RunConcurrently(side, main);
+  else
+    (void)OfferToHelper(side, main);
+  return codec;
+}
+
+}  // namespace
+
+ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads) {
+  uint64_t total = 0;
+  for (const ValueRun& r : runs) total += r.count;
+  if (threads >= 2 && total >= kConcurrentValuesMin) return EncodeValuesOnTwoThreads(runs, total, zstd_level, out);
+  thread_local SymbolCounts counts;
+  counts.Count(runs);
+  const SymbolCounts* parts[1] = {&counts};
+  return FinishValues(
+      runs, parts, zstd_level, out, [&](const HuffmanEncoder& code, BitWriter::Local& w) { PutRunSymbols(runs, code, w); },
+      [](const HuffmanEncoder*) {});
 }
 
 Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,

@@ -23,8 +23,11 @@ struct ValueRun {
   std::span<const uint8_t> bytes;  // encoder input only
 };
 
-// Appends the stored form of `runs` to `out` and returns its codec. Deterministic.
-ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out);
+// Appends the stored form of `runs` to `out` and returns its codec. Deterministic: the same
+// bytes with any thread count. With threads >= 2 and at least kConcurrentValuesMin values, a
+// helper thread may count and write half of the symbols.
+inline constexpr uint64_t kConcurrentValuesMin = 16384;
+ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads = 1);
 
 // Decodes `stored` into outs[i] (resized to runs[i].count × width). kCorrupt on any
 // inconsistency; never reads outside `stored`. Memory use is bounded by Σ count × width.
