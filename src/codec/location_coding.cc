@@ -223,14 +223,16 @@ Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int bl
         const size_t at = positions->size();
         positions->resize(at + n);  // within `expected`, reserved above
         uint32_t* out = positions->data() + at;
-        for (uint64_t i = 0; i < n; ++i) {
-          const uint64_t gap = bits.GetRiceFast(k, len >> k);
-          if (bits.overrun()) return BlockError(b, "truncated Rice code");
-          uint64_t p = next + gap;
-          if (p >= start + len) return BlockError(b, "position beyond the block");
-          out[i] = static_cast<uint32_t>(p);
+        const uint64_t end = start + len;
+        bool beyond = false;
+        const bool read = bits.GetRiceRun(n, k, len >> k, [&](uint64_t gap) {
+          const uint64_t p = next + gap;
+          if (p >= end) return beyond = true, false;
+          *out++ = static_cast<uint32_t>(p);
           next = p + 1;
-        }
+          return true;
+        });
+        if (!read) return BlockError(b, beyond ? "position beyond the block" : "truncated Rice code");
         r.Skip(bits.bytes_consumed());
         break;
       }

@@ -164,12 +164,36 @@ Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> 
 
 }  // namespace
 
+namespace {
+
+// Byte b of element i <-> byte i of plane b, for `n` elements of W bytes: the width fixed at
+// compile time, so that the loops are plain shifts and stores the compiler can vectorize, where
+// a loop over a run-time width moves one byte per step.
+template <uint32_t W>
+void ToPlanesT(const uint8_t* values, size_t n, uint8_t* planes) {
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t b = 0; b < W; ++b) planes[b * n + i] = values[i * W + b];
+}
+template <uint32_t W>
+void FromPlanesT(const uint8_t* planes, size_t n, uint8_t* values) {
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t b = 0; b < W; ++b) values[i * W + b] = planes[b * n + i];
+}
+
+}  // namespace
+
 void ToBytePlanes(std::span<const uint8_t> values, uint32_t width, std::vector<uint8_t>* planes) {
   DCR_CHECK(width > 0 && values.size() % width == 0);
   const size_t n = values.size() / width;
   size_t at = planes->size();
   planes->resize(at + values.size());
   uint8_t* out = planes->data() + at;
+  switch (width) {
+    case 1: std::memcpy(out, values.data(), n); return;
+    case 2: return ToPlanesT<2>(values.data(), n, out);
+    case 4: return ToPlanesT<4>(values.data(), n, out);
+    case 8: return ToPlanesT<8>(values.data(), n, out);
+  }
   for (size_t i = 0; i < n; ++i)
     for (uint32_t b = 0; b < width; ++b) out[b * n + i] = values[i * width + b];
 }
@@ -179,6 +203,12 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
   const size_t n = planes.size() / width;
   values->resize(planes.size());
   uint8_t* out = values->data();
+  switch (width) {
+    case 1: std::memcpy(out, planes.data(), n); return;
+    case 2: return FromPlanesT<2>(planes.data(), n, out);
+    case 4: return FromPlanesT<4>(planes.data(), n, out);
+    case 8: return FromPlanesT<8>(planes.data(), n, out);
+  }
   for (size_t i = 0; i < n; ++i)
     for (uint32_t b = 0; b < width; ++b) out[i * width + b] = planes[b * n + i];
 }
