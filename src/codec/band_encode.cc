@@ -14,8 +14,8 @@
 namespace dcr {
 namespace {
 
-// Appends the code of the fitted bands and their gaps (written[b] gaps of band b from
-// gaps[offset[b]] on, among population[b] elements).
+// Appends the code of the fitted bands and their gaps: fit.changes[b] gaps of band b from
+// gaps[offset[b]] on, among walked.population[b] elements.
 void WriteBandedCode(const FittedBands& fit, const BandWords& offset, const EncodeWalkEnd& walked, const uint64_t* gaps,
                      std::vector<uint8_t>* out) {
   const size_t k = static_cast<size_t>(fit.bands.k);

@@ -264,15 +264,6 @@ class BitReader {
     acc_ >>= nbits;
     fill_ -= nbits;
   }
-  // GetRice with the branch-free refill while 8 input bytes remain: what hot loops call.
-  uint64_t GetRiceFast(int r, uint64_t limit) {
-    if (HasWindow()) {
-      RefillWindow();
-    } else {
-      Refill();
-    }
-    return GetRiceAfterRefill(r, limit);
-  }
   // n Rice codes with parameter r (<= 30) and quotients <= limit, each passed to take(code),
   // which returns false to stop early. Reads what n GetRice calls would, faster: the window
   // lives in locals across the loop (as members it would be stored and reloaded for every code,
