@@ -189,11 +189,9 @@ SecondPartWalker GetSecondPartWalkerForTests() { return g_second_part_walker.loa
 Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads, ClaimableTask* also) {
-  uint64_t total_elements = 0, total_expected = 0;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
-    total_expected += expected[s];
-  }
+  const uint64_t total_elements = TotalElements(segs);
+  uint64_t total_expected = 0;
+  for (uint64_t e : expected) total_expected += e;
   ByteReader r(in);
   uint8_t k8 = 0;
   if (!r.ReadByte(&k8) || k8 == 0 || k8 > kMaxContextBands) return Corrupt("banded context code: bad band count");

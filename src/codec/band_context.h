@@ -34,6 +34,9 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
                            std::vector<uint8_t>* out, int threads = 1, ClaimableTask* also = nullptr,
                            ClaimableTask* filler = nullptr);
 
+// Whether EncodeBandedLocations splits its walk over these segments between two threads.
+bool EncodeSplitsWalk(std::span<const ContextSegment> segs, int threads);
+
 // Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
 // with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
 // sum of `expected`. With threads >= 2, at least kSplitWalkMinElements elements and

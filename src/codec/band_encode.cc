@@ -49,7 +49,7 @@ class TwoThreadEncode {
     // The first segment boundary at or past half the elements, else the last boundary.
     uint64_t before = 0;  // elements of the segments before fit_seg_
     for (; fit_seg_ < segs.size() && 2 * before < total_elements; ++fit_seg_)
-      before += segs[fit_seg_].base.size() / DTypeWidth(segs[fit_seg_].dtype);
+      before += segs[fit_seg_].elements();
     if (fit_seg_ == segs.size()) fit_seg_ = segs.size() - 1;  // 0 (one count) for one segment
     first_pos_.assign(positions.begin(), positions.end());
     second_pos_ = first_pos_;
@@ -147,17 +147,19 @@ class TwoThreadEncode {
 
 }  // namespace
 
+// The encoder's second part needs no population count first (unlike the decoder's), so any
+// payload large enough splits.
+bool EncodeSplitsWalk(std::span<const ContextSegment> segs, int threads) {
+  return threads >= 2 && TotalElements(segs) >= kSplitWalkMinElements;
+}
+
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, int threads, ClaimableTask* also, ClaimableTask* filler) {
-  uint64_t total_elements = 0, total_changes = 0;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
-    total_changes += positions[s].size();
-  }
+  const uint64_t total_elements = TotalElements(segs);
+  uint64_t total_changes = 0;
+  for (const std::span<const uint32_t>& p : positions) total_changes += p.size();
   std::vector<uint64_t>& gaps = ScratchWords(total_changes);
-  // The encoder's second part needs no population count first (unlike the decoder's), so any
-  // payload large enough splits.
-  const WalkSplit split = threads >= 2 && total_elements >= kSplitWalkMinElements ? HalfwayTileSplit(segs, total_elements) : WalkSplit{};
+  const WalkSplit split = EncodeSplitsWalk(segs, threads) ? HalfwayTileSplit(segs, total_elements) : WalkSplit{};
   if (split.use) {
     TwoThreadEncode two(segs, positions, split, total_elements, total_changes, gaps.data());
     auto side = [&] {

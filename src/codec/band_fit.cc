@@ -57,8 +57,7 @@ void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions
 }  // namespace
 
 uint64_t FitSampleStride(std::span<const ContextSegment> segs) {
-  uint64_t n = 0;
-  for (const ContextSegment& s : segs) n += s.base.size() / DTypeWidth(s.dtype);
+  const uint64_t n = TotalElements(segs);
   return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(n / kMinSamples, 1)));
 }
 
@@ -78,7 +77,7 @@ void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::
     chg4.fill(0);
   };
   for (size_t s = from; s < to; ++s) {
-    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
+    const uint64_t n = segs[s].elements();
     if (unfolded + n > (uint64_t{1} << 31)) fold(), unfolded = 0;
     unfolded += n;
     switch (DTypeWidth(segs[s].dtype)) {

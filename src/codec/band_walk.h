@@ -99,7 +99,7 @@ struct WalkSplit {
 inline WalkSplit HalfwayTileSplit(std::span<const ContextSegment> segs, uint64_t total_elements) {
   uint64_t before = 0;  // elements of the segments before s
   for (size_t s = 0; s < segs.size(); ++s) {
-    const uint64_t n = segs[s].base.size() / DTypeWidth(segs[s].dtype);
+    const uint64_t n = segs[s].elements();
     if (before + n > total_elements / 2) return {true, s, (total_elements / 2 - before) / kMaskTileElements * kMaskTileElements};
     before += n;
   }

@@ -85,11 +85,9 @@ void EncodeContextLocations(std::span<const ContextSegment> segs, std::span<cons
 
 Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
                               std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
-  uint64_t total_elements = 0, total_expected = 0;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    total_elements += segs[s].base.size() / DTypeWidth(segs[s].dtype);
-    total_expected += expected[s];
-  }
+  const uint64_t total_elements = TotalElements(segs);
+  uint64_t total_expected = 0;
+  for (uint64_t e : expected) total_expected += e;
   ByteReader r(in);
   uint64_t present = 0;
   if (!r.ReadVarint(&present) || present == 0 || present > kClasses) return Corrupt("context code: bad class count");

@@ -33,7 +33,14 @@ ContextClassFn ContextClassFor(DType t);
 struct ContextSegment {
   DType dtype = DType::kU8;
   std::span<const uint8_t> base;  // the segment's old bytes: count × width
+  uint64_t elements() const { return base.size() / DTypeWidth(dtype); }
 };
+
+inline uint64_t TotalElements(std::span<const ContextSegment> segs) {
+  uint64_t n = 0;
+  for (const ContextSegment& s : segs) n += s.elements();
+  return n;
+}
 
 // Appends the class-stream code of the changed positions (positions[i] ascending, relative to
 // segment i) to `out`.

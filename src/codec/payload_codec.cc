@@ -89,8 +89,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     uint64_t plain_at_least = 0;
     ClaimableTask plain_bound([&] {
       for (size_t i = 0; i < context_segments_.size(); ++i)
-        plain_at_least += LocationCodeBytesLowerBound(
-            per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype), options_.block_log2);
+        plain_at_least += LocationCodeBytesLowerBound(per_segment[i], context_segments_[i].elements(), options_.block_log2);
       return Status::Ok();
     });
     const bool plain_possible = options_.context != EncodeOptions::Context::kAlways;
@@ -101,14 +100,13 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     // code could exceed it, so even kAlways keeps plain mode then.
     uint64_t loc_bound = 0;
     for (const ContextSegment& seg : context_segments_)
-      loc_bound += MaxLocationBytes(seg.base.size() / DTypeWidth(seg.dtype), options_.block_log2);
+      loc_bound += MaxLocationBytes(seg.elements(), options_.block_log2);
     // The plain code's exact size only when the cheap lower bound does not already decide.
     auto smaller_than_plain = [&] {
       if (context_raw_.size() < plain_at_least) return true;
       uint64_t plain_bytes = 0;
       for (size_t i = 0; i < context_segments_.size(); ++i)
-        plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
-                                         options_.block_log2);
+        plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].elements(), options_.block_log2);
       return context_raw_.size() < plain_bytes;
     };
     if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
@@ -116,8 +114,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       return CodecMode::kContextBands;
     }
     for (size_t i = 0; i < context_segments_.size(); ++i)
-      EncodeLocations(per_segment[i], context_segments_[i].base.size() / DTypeWidth(context_segments_[i].dtype),
-                      options_.block_log2, &loc_raw_);
+      EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
   }
   return CodecMode::kPlain;
 }
@@ -138,14 +135,11 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   SectionCodec loc_codec = SectionCodec::kRaw;
   // The sections are independent: where the location code is still to be made (context mode
   // possible), a second thread codes the values into their own buffer meanwhile, and may walk
-  // half of the old bits for the banded code. A plain-only code was made segment by segment in
-  // AddChanges, and nothing here would overlap the values.
-  // With fewer changes it waits for a helper only where one is already at work: on a payload
-  // whose banded walk splits.
-  uint64_t context_elements = 0;
-  for (const ContextSegment& seg : context_segments_) context_elements += seg.base.size() / DTypeWidth(seg.dtype);
+  // half of the old bits for the banded code; with fewer than kConcurrentSectionsMinChanges
+  // changes, only where the banded walk splits (the helper is at work then anyway). A plain-only
+  // code was made segment by segment in AddChanges, and nothing here would overlap the values.
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
-                            (changed_ >= kConcurrentSectionsMinChanges || context_elements >= kSplitWalkMinElements);
+                            (changed_ >= kConcurrentSectionsMinChanges || EncodeSplitsWalk(context_segments_, threads));
   values_.clear();
   ClaimableTask values_task([&] {
     val_codec = EncodeValues(runs_, options_.zstd_level, &values_);

@@ -35,23 +35,6 @@ auto WithWidth(uint32_t width, Fn&& fn) {
   }
 }
 
-// Calls fn(value, pointer to its bytes) for every value of `run`, with the width fixed at
-// compile time so the loads compile to single moves.
-template <typename Fn>
-void ForEachValue(const ValueRun& run, Fn&& fn) {
-  WithWidth(run.width, [&](auto zero) {
-    using U = decltype(zero);
-    // Locals: stores made by fn (counts, output bytes) could otherwise alias run's fields.
-    const uint8_t* p = run.bytes.data();
-    const uint64_t n = run.count;
-    for (uint64_t i = 0; i < n; ++i, p += sizeof(U)) {
-      U v;
-      std::memcpy(&v, p, sizeof(U));
-      fn(static_cast<uint64_t>(v), p);
-    }
-  });
-}
-
 // Decodes n values of type U into dst: symbols below kEscape are the value, kEscape takes the
 // next sizeof(U) bytes of `escapes` from *e on.
 template <typename U>
