@@ -10,71 +10,17 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "codec/band_walk.h"
 #include "codec/simd_masks-inl.h"
 #include "codec/simd_masks.h"
+#include "codec/tile_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dcr {
 namespace HWY_NAMESPACE {
-
-constexpr size_t kTileWords = kMaskTileElements / 64;
-
-// Entries per row of TileRows::pre: kTileWords + 1 used, rounded up to whole 64-byte lines.
-constexpr size_t kPreStride = 96;
-
-// A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
-// (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
-// row[b][wd] & ~row[b + 1][wd], with no case for the first or last band. Rows nest (each is a
-// subset of the one before), so band b's members before word wd are pre[b][wd] - pre[b + 1][wd],
-// where pre[r][wd] (wd <= kTileWords) counts row r's set bits in words before wd, and for
-// wd >= words is the row's total in the tile: the counts never decrease.
-struct TileRows {
-  uint64_t w[(kMaxContextBands + 1) * kTileWords];
-  alignas(64) int16_t pre[kMaxContextBands + 1][kPreStride];
-  size_t words = 0;
-  uint64_t Band(size_t b, size_t wd) const { return w[b * words + wd] & ~w[(b + 1) * words + wd]; }
-  int32_t BandBefore(size_t b, size_t wd) const { return pre[b][wd] - pre[b + 1][wd]; }
-};
-
-// Row 0's counts in a whole tile: 64 elements per word.
-constexpr auto kElementsBefore = [] {
-  std::array<int16_t, kTileWords + 1> a{};
-  for (size_t wd = 0; wd <= kTileWords; ++wd) a[wd] = static_cast<int16_t>(64 * wd);
-  return a;
-}();
-
-// Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
-void LoadTileRows(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile, size_t tn,
-                  const ContextBands& bands, TileRows* rows) {
-  const size_t k = static_cast<size_t>(bands.k), words = (tn + 63) / 64;
-  rows->words = words;
-  for (size_t wd = 0; wd < words; ++wd) rows->w[wd] = ~uint64_t{0};
-  if (tn % 64 != 0) rows->w[words - 1] = (uint64_t{1} << (tn % 64)) - 1;
-  size_t counted = 0;  // words whose prefix counts the kernel wrote, in rows 1 .. k - 1
-  if (k > 1)
-    counted = ClassAtLeastMasksAnyWidth(seg.base.data() + tile * width, width, tn, f.shift, static_cast<uint32_t>(f.mask),
-                                        bands.t.data(), static_cast<int>(k) - 1, rows->w + words,
-                                        RowPrefixOut{rows->pre[1], kPreStride});
-  for (size_t wd = 0; wd < words; ++wd) rows->w[k * words + wd] = 0;
-  if (tn == kMaskTileElements) {
-    std::memcpy(rows->pre[0], kElementsBefore.data(), sizeof(kElementsBefore));
-  } else {
-    for (size_t wd = 0; wd <= kTileWords; ++wd) rows->pre[0][wd] = static_cast<int16_t>(std::min<size_t>(64 * wd, tn));
-  }
-  std::memset(rows->pre[k], 0, sizeof(int16_t) * (kTileWords + 1));
-  for (size_t r = 1; r < k; ++r) {  // what the kernel left: the tail word, the totals, scalar kernels
-    int16_t* pre = rows->pre[r];
-    const uint64_t* row = rows->w + r * words;
-    int32_t before = counted == 0 ? 0 : pre[counted - 1] + PopCount64(row[counted - 1]);
-    for (size_t wd = counted; wd <= kTileWords; ++wd) {
-      pre[wd] = static_cast<int16_t>(before);
-      if (wd < words) before += PopCount64(row[wd]);
-    }
-  }
-}
 
 // The band of each class value.
 std::array<uint8_t, 256> BandTable(const ContextBands& bands) {
@@ -120,16 +66,18 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
   EncodeCursor cur;
   for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
   TileRows rows;
+  TileClassifiers classifiers(bands);
   for (size_t s = part.from_seg; s < part.seg_end; ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const TileClassifier& classes = classifiers.For(segs[s]);
+    const ContextClassFn f = classes.f;
+    const uint32_t w = classes.width;
     const uint64_t size = segs[s].base.size() / w;
     const uint64_t n = s + 1 == part.seg_end ? std::min(size, part.end_elem) : size;
     const uint32_t* pos = positions[s].data();
     const uint32_t* end = pos + positions[s].size();
     for (uint64_t tile = s == part.from_seg ? part.from_elem : 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      LoadTileRows(segs[s], classes, tile, tn, &rows);
       switch (w) {
         case 1: pos = EncodeTile<uint8_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
         case 2: pos = EncodeTile<uint16_t>(segs[s], f, tile, rows, k, band_of, pos, end, &cur); break;
@@ -245,17 +193,18 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   BandWords* placed = &placed_here;
   const BandWords count = part->limit;
   TileRows rows;
+  TileClassifiers classifiers(bands);
   uint64_t hit[kTileWords];
   bool ok = true;
   for (size_t s = part->from_seg; s < part->seg_end && ok; ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const TileClassifier& classes = classifiers.For(segs[s]);
+    const uint32_t w = classes.width;
     const uint64_t n = s + 1 == part->seg_end ? std::min(segs[s].base.size() / w, part->end_elem) : segs[s].base.size() / w;
     uint32_t* out = positions[s]->data() + (s == part->from_seg ? part->first_out : 0);
     uint64_t room = room_of[s];
     for (uint64_t tile = s == part->from_seg ? part->from_elem : 0; tile < n && ok; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      LoadTileRows(segs[s], classes, tile, tn, &rows);
       const size_t words = rows.words;
       for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
       for (size_t b = 0; b < k; ++b) {
@@ -335,17 +284,32 @@ void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBan
   const size_t k = static_cast<size_t>(bands.k);
   std::array<uint64_t, kMaxContextBands + 1> at_least{};  // [r]: elements in row r of their tiles
   TileRows rows;
+  TileClassifiers classifiers(bands);
   for (size_t s = 0; s <= seg && s < segs.size(); ++s) {
-    const ContextClassFn f = ContextClassFor(segs[s].dtype);
-    const uint32_t w = DTypeWidth(segs[s].dtype);
+    const TileClassifier& classes = classifiers.For(segs[s]);
+    const uint32_t w = classes.width;
     const uint64_t n = s == seg ? std::min(segs[s].base.size() / w, end_elem) : segs[s].base.size() / w;
     for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], f, w, tile, tn, bands, &rows);
+      LoadTileRows(segs[s], classes, tile, tn, &rows);
       for (size_t r = 0; r < k; ++r) at_least[r] += static_cast<uint64_t>(rows.pre[r][rows.words]);
     }
   }
   for (size_t b = 0; b < kMaxContextBands; ++b) (*population)[b] = b < k ? at_least[b] - at_least[b + 1] : 0;
+}
+
+// LoadTileRowsForTests of band_walk.h, for this target.
+void LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn,
+                          TileRowsForTests* out) {
+  TileClassifiers classifiers(bands);
+  auto rows = std::make_unique<TileRows>();
+  LoadTileRows(seg, classifiers.For(seg), tile, tn, rows.get());
+  const size_t k = static_cast<size_t>(bands.k);
+  out->rows.clear();
+  out->prefix.clear();
+  for (size_t r = 0; r <= k; ++r)
+    for (size_t wd = 0; wd < rows->words; ++wd) out->rows.push_back(rows->Row(r, wd));
+  for (size_t r = 0; r <= k; ++r) out->prefix.insert(out->prefix.end(), rows->pre[r], rows->pre[r] + kTileWords + 1);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -362,6 +326,7 @@ namespace dcr {
 HWY_EXPORT(EncodeBandWalk);
 HWY_EXPORT(DecodeBandWalk);
 HWY_EXPORT(CountBandPopulations);
+HWY_EXPORT(LoadTileRowsForTests);
 
 namespace {
 
@@ -406,6 +371,12 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
                           BandWords* population) {
   HWY_DYNAMIC_DISPATCH(CountBandPopulations)(segs, bands, seg, end_elem, population);
+}
+
+TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {
+  TileRowsForTests out;
+  HWY_DYNAMIC_DISPATCH(LoadTileRowsForTests)(seg, bands, tile, tn, &out);
+  return out;
 }
 
 }  // namespace dcr

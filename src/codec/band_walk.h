@@ -70,6 +70,17 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
                           BandWords* population);
 
+// For tests: the band rows the walks build for elements [tile, tile + tn) of `seg` (tile a
+// multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. rows:
+// rows 0..k one after another, ceil(tn / 64) words each (row 0: the tile's elements; row
+// i < k: class >= t[i - 1]; row k: none). prefix: rows 0..k, kMaskTileElements / 64 + 1 entries
+// each, entry wd = the row's set bits in words before wd (its total from its last word on).
+struct TileRowsForTests {
+  std::vector<uint64_t> rows;
+  std::vector<int16_t> prefix;
+};
+TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn);
+
 // Where each band's run starts in an array of all bands' entries laid out band after band:
 // the sum of the counts of the bands before it.
 inline BandWords BandOffsets(const BandWords& counts) {

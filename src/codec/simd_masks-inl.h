@@ -79,16 +79,25 @@ HWY_INLINE size_t DifferMasksAnyWidth(const uint8_t* a, const uint8_t* b, uint32
 
 // Scalar class masks: the tail of a run, and 1- and 8-byte elements (FP8, F64, integers), which
 // are rare in weights.
+// Where class masks go: row i's word w at at[i * row_stride + w * word_stride]. Row-major
+// (row_stride = words, word_stride = 1) for ClassAtLeastMasks; interleaved for the tile rows of
+// the band walks (tile_rows-inl.h), which read a word's rows together.
+struct MaskOut {
+  uint64_t* at = nullptr;
+  size_t row_stride = 0, word_stride = 1;
+  uint64_t& operator()(size_t i, size_t w) const { return at[i * row_stride + w * word_stride]; }
+};
+
 template <typename T>
 void ClassAtLeastMasksScalar(const uint8_t* bytes, size_t from, size_t count, int shift, uint32_t class_mask,
-                             const uint8_t* t, int k, size_t words, uint64_t* out) {
+                             const uint8_t* t, int k, MaskOut out) {
   for (size_t j = from; j < count; ++j) {
     if (j % 64 == 0 || j == from)
-      for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + j / 64] = 0;
+      for (int i = 0; i < k; ++i) out(static_cast<size_t>(i), j / 64) = 0;
     T v;
     std::memcpy(&v, bytes + j * sizeof(T), sizeof(T));
     const uint32_t c = static_cast<uint32_t>(v >> shift) & class_mask;
-    for (int i = 0; i < k; ++i) out[static_cast<size_t>(i) * words + j / 64] |= static_cast<uint64_t>(c >= t[i]) << (j % 64);
+    for (int i = 0; i < k; ++i) out(static_cast<size_t>(i), j / 64) |= static_cast<uint64_t>(c >= t[i]) << (j % 64);
   }
 }
 
@@ -105,13 +114,13 @@ struct RowPrefixOut {
 
 template <typename T, int K>
 size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                          uint64_t* out, RowPrefixOut prefix) {
+                          MaskOut out, RowPrefixOut prefix) {
   using TI = hwy::MakeSigned<T>;
   const Tag64<T> d;
   const hn::Rebind<TI, Tag64<T>> di;
   const size_t n = hn::Lanes(d);
   const T* e = reinterpret_cast<const T*>(bytes);
-  const size_t words = (count + 63) / 64, full = count / 64;
+  const size_t full = count / 64;
   const auto cmask = hn::Set(d, static_cast<T>(class_mask));
   // class >= t  <=>  class > t - 1. Scalars, broadcast at the compare: SVE vectors are sizeless
   // and cannot be array elements.
@@ -126,7 +135,7 @@ size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_
       for (int i = 0; i < K; ++i) word[i] |= MaskWord(di, hn::Gt(c, hn::Set(di, below[i]))) << j;
     }
     HWY_UNROLL(7)
-    for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+    for (int i = 0; i < K; ++i) out(static_cast<size_t>(i), w) = word[i];
     if (prefix.at != nullptr) {
       HWY_UNROLL(7)
       for (int i = 0; i < K; ++i) {
@@ -135,7 +144,7 @@ size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_
       }
     }
   }
-  ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+  ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, out);
   return prefix.at != nullptr ? full : 0;
 }
 
@@ -145,7 +154,7 @@ size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_
 // compared as signed after flipping their top bit, which keeps unsigned order.
 template <int K>
 size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                           uint64_t* out, RowPrefixOut prefix) {
+                           MaskOut out, RowPrefixOut prefix) {
   const Tag64<uint8_t> d8;
   const hn::Repartition<int8_t, decltype(d8)> di8;
   const hn::RepartitionToWide<decltype(d8)> d16;
@@ -153,7 +162,7 @@ size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32
   const hn::Half<decltype(d8)> dh8;
   const size_t n8 = hn::Lanes(d8), n16 = hn::Lanes(d16);
   const uint16_t* e = reinterpret_cast<const uint16_t*>(bytes);
-  const size_t words = (count + 63) / 64, full = count / 64;
+  const size_t full = count / 64;
   const auto cmask = hn::Set(d16, static_cast<uint16_t>(class_mask));
   const auto flip = hn::Set(d8, uint8_t{0x80});
   int8_t below[K];
@@ -170,7 +179,7 @@ size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32
       for (int i = 0; i < K; ++i) word[i] |= MaskWord(di8, hn::Gt(c, hn::Set(di8, below[i]))) << j;
     }
     HWY_UNROLL(7)
-    for (int i = 0; i < K; ++i) out[static_cast<size_t>(i) * words + w] = word[i];
+    for (int i = 0; i < K; ++i) out(static_cast<size_t>(i), w) = word[i];
     if (prefix.at != nullptr) {
       HWY_UNROLL(7)
       for (int i = 0; i < K; ++i) {
@@ -179,14 +188,14 @@ size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32
       }
     }
   }
-  ClassAtLeastMasksScalar<uint16_t>(bytes, 64 * full, count, shift, class_mask, t, K, words, out);
+  ClassAtLeastMasksScalar<uint16_t>(bytes, 64 * full, count, shift, class_mask, t, K, out);
   return prefix.at != nullptr ? full : 0;
 }
 #endif
 
 template <typename T, int K>
 size_t ClassAtLeastMasksAnyK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
-                             uint64_t* out, RowPrefixOut prefix) {
+                             MaskOut out, RowPrefixOut prefix) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (sizeof(T) == 2) return ClassAtLeastMasks16<K>(bytes, count, shift, class_mask, t, out, prefix);
 #endif
@@ -195,7 +204,7 @@ size_t ClassAtLeastMasksAnyK(const uint8_t* bytes, size_t count, int shift, uint
 
 template <typename T>
 size_t ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t, int k,
-                          uint64_t* out, RowPrefixOut prefix) {
+                          MaskOut out, RowPrefixOut prefix) {
   switch (k) {
     case 0: return 0;
     case 1: return ClassAtLeastMasksAnyK<T, 1>(bytes, count, shift, class_mask, t, out, prefix);
@@ -211,13 +220,12 @@ size_t ClassAtLeastMasksT(const uint8_t* bytes, size_t count, int shift, uint32_
 // Returns the words w whose row prefixes were written: [0, returned); 0 where `prefix` is null
 // or the kernel is scalar.
 HWY_INLINE size_t ClassAtLeastMasksAnyWidth(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm,
-                                            const uint8_t* t, int k, uint64_t* out, RowPrefixOut prefix = {}) {
-  const size_t words = (count + 63) / 64;
+                                            const uint8_t* t, int k, MaskOut out, RowPrefixOut prefix = {}) {
   switch (width) {
-    case 1: return ClassAtLeastMasksScalar<uint8_t>(e, 0, count, shift, cm, t, k, words, out), 0;
+    case 1: return ClassAtLeastMasksScalar<uint8_t>(e, 0, count, shift, cm, t, k, out), 0;
     case 2: return ClassAtLeastMasksT<uint16_t>(e, count, shift, cm, t, k, out, prefix);
     case 4: return ClassAtLeastMasksT<uint32_t>(e, count, shift, cm, t, k, out, prefix);
-    default: return ClassAtLeastMasksScalar<uint64_t>(e, 0, count, shift, cm, t, k, words, out), 0;
+    default: return ClassAtLeastMasksScalar<uint64_t>(e, 0, count, shift, cm, t, k, out), 0;
   }
 }
 

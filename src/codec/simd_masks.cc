@@ -18,7 +18,7 @@ size_t DifferMasksImpl(const uint8_t* a, const uint8_t* b, uint32_t width, size_
 }
 void ClassAtLeastMasksImpl(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm, const uint8_t* t,
                            int k, uint64_t* out) {
-  ClassAtLeastMasksAnyWidth(e, width, count, shift, cm, t, k, out);
+  ClassAtLeastMasksAnyWidth(e, width, count, shift, cm, t, k, MaskOut{out, (count + 63) / 64, 1});
 }
 int64_t TargetOfThisCode() { return HWY_TARGET; }
 
@@ -27,6 +27,10 @@ int64_t TargetOfThisCode() { return HWY_TARGET; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace dcr {
 
 HWY_EXPORT(DifferMasksImpl);
@@ -40,6 +44,18 @@ size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t co
 void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,
                        const uint8_t* thresholds, int k, uint64_t* out) {
   HWY_DYNAMIC_DISPATCH(ClassAtLeastMasksImpl)(elems, width, count, shift, class_mask, thresholds, k, out);
+}
+
+bool CpuHasGfni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 8)) != 0;  // CPUID.7.0:ECX.GFNI
+  }();
+  return has;
+#else
+  return false;
+#endif
 }
 
 std::vector<int64_t> CompiledSimdTargets() { return hwy::SupportedAndGeneratedTargets(); }

@@ -25,6 +25,10 @@ size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t co
 void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,
                        const uint8_t* thresholds, int k, uint64_t* out);
 
+// Whether the CPU has GFNI (x86-64 Galois-field instructions, which the AVX3_DL target's tile
+// row kernel uses beside that target's features); false elsewhere.
+bool CpuHasGfni();
+
 // The Highway targets compiled in, for tests: each can be forced with ForceSimdTarget, and 0
 // restores the normal choice (best supported).
 std::vector<int64_t> CompiledSimdTargets();

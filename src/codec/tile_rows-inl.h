@@ -1,0 +1,260 @@
+// Per-target tile rows of banded context coding (band_context.h): the band masks of one tile of
+// a segment and their prefix counts, which every band walk (band_walk.cc) reads. Included by
+// band_walk.cc only, once per Highway target; the include-guard toggling is Highway's
+// convention for such headers.
+#if defined(DCR_CODEC_TILE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DCR_CODEC_TILE_ROWS_INL_H_
+#undef DCR_CODEC_TILE_ROWS_INL_H_
+#else
+#define DCR_CODEC_TILE_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "codec/band_fit.h"
+#include "codec/context_coding.h"
+#include "codec/simd_masks-inl.h"
+#include "codec/simd_masks.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+
+constexpr size_t kTileWords = kMaskTileElements / 64;
+
+// Entries per row of TileRows::pre: kTileWords + 1 used, rounded up to whole 64-byte lines.
+constexpr size_t kPreStride = 96;
+
+// Slots per word in TileRows::w: rows 0 .. kMaxContextBands, rounded up so that a word's rows
+// 0..7 are one aligned 64-byte line (the GFNI kernel stores them with one store).
+constexpr size_t kRowSlots = 16;
+
+// A tile's band masks as k + 1 rows of `words` words: row 0 marks the tile's elements, row i
+// (1 <= i < k) those of class >= t[i - 1], row k is zero. Band b's mask of word wd is
+// row b & ~row b + 1, with no case for the first or last band. A word's rows lie together
+// (w[wd * kRowSlots + r]): a band's mask reads one line. Rows nest (each is a subset of the one
+// before), so band b's members before word wd are pre[b][wd] - pre[b + 1][wd], where pre[r][wd]
+// (wd <= kTileWords) counts row r's set bits in words before wd, and for wd >= words is the
+// row's total in the tile: the counts never decrease.
+// Rows past k are zero in every word: zeroed here, and no kernel writes a nonzero row past k.
+struct TileRows {
+  alignas(64) uint64_t w[kTileWords * kRowSlots] = {};
+  alignas(64) int16_t pre[kMaxContextBands + 1][kPreStride];
+  size_t words = 0;
+  uint64_t Row(size_t r, size_t wd) const { return w[wd * kRowSlots + r]; }
+  uint64_t Band(size_t b, size_t wd) const { return w[wd * kRowSlots + b] & ~w[wd * kRowSlots + b + 1]; }
+  int32_t BandBefore(size_t b, size_t wd) const { return pre[b][wd] - pre[b + 1][wd]; }
+};
+
+// Row 0's counts in a whole tile: 64 elements per word.
+constexpr auto kElementsBefore = [] {
+  std::array<int16_t, kTileWords + 1> a{};
+  for (size_t wd = 0; wd <= kTileWords; ++wd) a[wd] = static_cast<int16_t>(64 * wd);
+  return a;
+}();
+
+#if HWY_TARGET == HWY_AVX3_DL
+// 2-byte elements on x86-64 with AVX-512 VBMI and GFNI (Ice Lake, Sapphire Rapids, Zen 4): all
+// rows of a word from one byte table lookup and one bit transpose, where the compare kernel
+// spends a compare and a mask move per row.
+// - Each element's class byte is gathered with the elements of each 8-byte group in reverse
+//   order, and looked up in a table of "thermometer" bytes: bit r = the element is in row r
+//   (bit 0 always; bits past k - 1 never).
+// - GF2P8AFFINEQB with the thermometer bytes as the matrix operand transposes each 8 x 8 bit
+//   block: byte j of group q becomes row j's bits of the group's elements (the reversal undoes
+//   the instruction's row order), and one byte permute makes qword r row r's mask word.
+// - Prefix counts: VPOPCNTQ per word, kept as running sums of 8 words, transposed to
+//   [row][word] with three levels of 16-bit permutes and stored with one masked store per row.
+// The table has 256 entries (two lookups and a blend), or 128 (one lookup) when the thresholds
+// span at most 127 class values: classes are then clamped into [t[0] - 1, t[0] + 126], which
+// keeps every compare with a threshold.
+struct GfniClassTable {
+  bool use = false, clamp = false;
+  uint8_t base = 0;  // clamp: the class of table entry 0
+  alignas(64) uint8_t bits[256] = {};
+};
+
+#define DCR_GFNI_ATTR __attribute__((target(HWY_TARGET_STR ",gfni")))
+
+inline GfniClassTable MakeGfniClassTable(const ContextClassFn& f, uint32_t width, const ContextBands& bands) {
+  GfniClassTable g;
+  const int k = bands.k;
+  if (width != 2 || k < 2 || f.mask > 0xff || !CpuHasGfni()) return g;
+  g.use = true;
+  g.clamp = bands.t[static_cast<size_t>(k - 2)] - bands.t[0] <= 126;
+  g.base = static_cast<uint8_t>(bands.t[0] - 1);
+  for (uint32_t i = 0; i < 256; ++i) {
+    const uint32_t c = g.clamp ? std::min<uint32_t>(g.base + std::min<uint32_t>(i, 127), 255) : i & static_cast<uint32_t>(f.mask);
+    g.bits[i] = static_cast<uint8_t>((2u << bands.BandOf(c)) - 1);
+  }
+  return g;
+}
+
+// Rows 0..7 of words [0, words) of `e` into rows->w, and rows 0..7 of rows->pre for those words.
+template <bool kClamp>
+DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint8_t class_mask, const GfniClassTable& g,
+                                TileRows* rows) {
+  static constexpr auto kIndex = [] {
+    struct {
+      uint8_t gather[64], transpose[64];
+      uint16_t pair[32], quad[32], lo[32], hi[32];
+    } x{};
+    for (int p = 0; p < 64; ++p) x.gather[p] = static_cast<uint8_t>(2 * (8 * (p / 8) + 7 - p % 8));
+    for (int r = 0; r < 8; ++r)
+      for (int q = 0; q < 8; ++q) x.transpose[8 * r + q] = static_cast<uint8_t>(8 * q + r);
+    // 16-bit lanes; lane 4r of a running-sum vector is row r's count; 32 + i: the second source.
+    for (int r = 0; r < 8; ++r)
+      for (int s = 0; s < 2; ++s) x.pair[2 * r + s] = static_cast<uint16_t>(4 * r + 32 * s);
+    for (int r = 0; r < 8; ++r)
+      for (int q = 0; q < 4; ++q) x.quad[4 * r + q] = static_cast<uint16_t>(2 * r + q % 2 + 32 * (q / 2));
+    for (int r = 0; r < 4; ++r)
+      for (int q = 0; q < 8; ++q) {
+        x.lo[8 * r + q] = static_cast<uint16_t>(4 * r + q % 4 + 32 * (q / 4));
+        x.hi[8 * r + q] = static_cast<uint16_t>(4 * (r + 4) + q % 4 + 32 * (q / 4));
+      }
+    return x;
+  }();
+  const __m512i gather = _mm512_loadu_si512(kIndex.gather), transpose = _mm512_loadu_si512(kIndex.transpose);
+  const __m512i pair = _mm512_loadu_si512(kIndex.pair), quad = _mm512_loadu_si512(kIndex.quad);
+  const __m512i lo_rows = _mm512_loadu_si512(kIndex.lo), hi_rows = _mm512_loadu_si512(kIndex.hi);
+  const __m512i t0 = _mm512_load_si512(g.bits), t1 = _mm512_load_si512(g.bits + 64);
+  const __m512i t2 = _mm512_load_si512(g.bits + 128), t3 = _mm512_load_si512(g.bits + 192);
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>(class_mask));
+  const __m512i base = _mm512_set1_epi8(static_cast<char>(g.base)), top = _mm512_set1_epi8(127);
+  const __m512i unit = _mm512_set1_epi64(static_cast<int64_t>(0x8040201008040201ull));
+  const __m128i count = _mm_cvtsi32_si128(shift);
+  __m512i sum = _mm512_setzero_si512();  // lane r: row r's set bits before the word
+  for (size_t w0 = 0; w0 < words; w0 += 8) {
+    const size_t n = std::min<size_t>(8, words - w0);
+    __m512i before[8];
+    for (size_t i = 0; i < 8; ++i) {
+      before[i] = sum;
+      if (i >= n) continue;
+      const uint16_t* p = e + 64 * (w0 + i);
+      const __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(p), count);
+      const __m512i hi = _mm512_srl_epi16(_mm512_loadu_si512(p + 32), count);
+      const __m512i c = _mm512_and_si512(_mm512_permutex2var_epi8(lo, gather, hi), mask);
+      __m512i th;
+      if constexpr (kClamp) {
+        th = _mm512_permutex2var_epi8(t0, _mm512_min_epu8(_mm512_subs_epu8(c, base), top), t1);
+      } else {
+        th = _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), _mm512_permutex2var_epi8(t0, c, t1),
+                                    _mm512_permutex2var_epi8(t2, c, t3));
+      }
+      const __m512i v = _mm512_permutexvar_epi8(transpose, _mm512_gf2p8affine_epi64_epi8(unit, th, 0));
+      _mm512_store_si512(rows->w + (w0 + i) * kRowSlots, v);
+      sum = _mm512_add_epi64(sum, _mm512_popcnt_epi64(v));
+    }
+    const __m512i p01 = _mm512_permutex2var_epi16(before[0], pair, before[1]);
+    const __m512i p23 = _mm512_permutex2var_epi16(before[2], pair, before[3]);
+    const __m512i p45 = _mm512_permutex2var_epi16(before[4], pair, before[5]);
+    const __m512i p67 = _mm512_permutex2var_epi16(before[6], pair, before[7]);
+    const __m512i q0 = _mm512_permutex2var_epi16(p01, quad, p23), q1 = _mm512_permutex2var_epi16(p45, quad, p67);
+    const __m512i lo = _mm512_permutex2var_epi16(q0, lo_rows, q1), hi = _mm512_permutex2var_epi16(q0, hi_rows, q1);
+    const uint32_t lanes = (1u << n) - 1;
+    for (size_t r = 0; r < 4; ++r) {  // row r's 8 counts are lanes 8r.. of lo; row r + 4's of hi
+      const __mmask32 m = static_cast<__mmask32>(lanes << (8 * r));
+      _mm512_mask_storeu_epi16(&rows->pre[r][w0] - 8 * r, m, lo);
+      _mm512_mask_storeu_epi16(&rows->pre[r + 4][w0] - 8 * r, m, hi);
+    }
+  }
+}
+
+// The whole words of a tile by the GFNI kernel; returns them (0: not used here).
+inline size_t GfniTileRowsAnyClamp(const uint8_t* bytes, size_t tn, const ContextClassFn& f, const GfniClassTable& g,
+                                   TileRows* rows) {
+  if (!g.use) return 0;
+  const size_t full = tn / 64;
+  const auto* e = reinterpret_cast<const uint16_t*>(bytes);
+  if (g.clamp)
+    GfniTileRows<true>(e, full, f.shift, static_cast<uint8_t>(f.mask), g, rows);
+  else
+    GfniTileRows<false>(e, full, f.shift, static_cast<uint8_t>(f.mask), g, rows);
+  return full;
+}
+#undef DCR_GFNI_ATTR
+#else
+struct GfniClassTable {};
+inline GfniClassTable MakeGfniClassTable(const ContextClassFn&, uint32_t, const ContextBands&) { return {}; }
+inline size_t GfniTileRowsAnyClamp(const uint8_t*, size_t, const ContextClassFn&, const GfniClassTable&, TileRows*) {
+  return 0;
+}
+#endif
+
+// How a segment's elements fall into rows: its class function, element width and bands, and
+// the table of the GFNI kernel where this target and CPU have one.
+struct TileClassifier {
+  ContextClassFn f;
+  uint32_t width = 0;
+  const ContextBands* bands = nullptr;
+  GfniClassTable gfni;
+  TileClassifier() = default;
+  TileClassifier(const ContextSegment& seg, const ContextBands& b)
+      : f(ContextClassFor(seg.dtype)), width(DTypeWidth(seg.dtype)), bands(&b), gfni(MakeGfniClassTable(f, width, b)) {}
+};
+
+// The classifier of each segment of a walk in turn, made again only where the dtype changes:
+// payloads may hold thousands of small segments of one dtype.
+class TileClassifiers {
+ public:
+  explicit TileClassifiers(const ContextBands& bands) : bands_(&bands) {}
+  const TileClassifier& For(const ContextSegment& seg) {
+    if (!made_ || seg.dtype != dtype_) {
+      now_ = TileClassifier(seg, *bands_);
+      dtype_ = seg.dtype;
+      made_ = true;
+    }
+    return now_;
+  }
+
+ private:
+  const ContextBands* bands_;
+  bool made_ = false;
+  DType dtype_ = DType::kU8;
+  TileClassifier now_;
+};
+
+// Fills `rows` for elements [tile, tile + tn) of `seg` (tn <= kMaskTileElements).
+inline void LoadTileRows(const ContextSegment& seg, const TileClassifier& c, uint64_t tile, size_t tn, TileRows* rows) {
+  const size_t k = static_cast<size_t>(c.bands->k), words = (tn + 63) / 64;
+  rows->words = words;
+  const uint8_t* bytes = seg.base.data() + tile * c.width;
+  // Words whose rows (0 .. 7) and prefix counts the kernel wrote: [0, gfni_words).
+  const size_t gfni_words = GfniTileRowsAnyClamp(bytes, tn, c.f, c.gfni, rows);
+  size_t counted = gfni_words;  // words whose prefix counts are written, in rows 1 .. k - 1
+  for (size_t wd = gfni_words; wd < words; ++wd) rows->w[wd * kRowSlots] = ~uint64_t{0};
+  if (tn % 64 != 0) rows->w[(words - 1) * kRowSlots] = (uint64_t{1} << (tn % 64)) - 1;
+  if (k > 1 && gfni_words < words) {
+    const size_t from = 64 * gfni_words;
+    const size_t done = ClassAtLeastMasksAnyWidth(
+        bytes + from * c.width, c.width, tn - from, c.f.shift, static_cast<uint32_t>(c.f.mask), c.bands->t.data(),
+        static_cast<int>(k) - 1, MaskOut{rows->w + gfni_words * kRowSlots + 1, 1, kRowSlots},
+        gfni_words == 0 ? RowPrefixOut{rows->pre[1], kPreStride} : RowPrefixOut{});
+    if (gfni_words == 0) counted = done;
+  }
+  if (tn == kMaskTileElements) {
+    std::memcpy(rows->pre[0], kElementsBefore.data(), sizeof(kElementsBefore));
+  } else {
+    for (size_t wd = 0; wd <= kTileWords; ++wd) rows->pre[0][wd] = static_cast<int16_t>(std::min<size_t>(64 * wd, tn));
+  }
+  std::memset(rows->pre[k], 0, sizeof(int16_t) * (kTileWords + 1));
+  for (size_t r = 1; r < k; ++r) {  // what the kernels left: the tail word, the totals, scalar kernels
+    int16_t* pre = rows->pre[r];
+    int32_t before = counted == 0 ? 0 : pre[counted - 1] + PopCount64(rows->Row(r, counted - 1));
+    for (size_t wd = counted; wd <= kTileWords; ++wd) {
+      pre[wd] = static_cast<int16_t>(before);
+      if (wd < words) before += PopCount64(rows->Row(r, wd));
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
