@@ -5,6 +5,9 @@
 //   BM_DecodeApply/<per-mille>  verify + decode those payloads and XOR them into a replica
 //   BM_DiffEncodeContext, BM_DecodeApplyContext: the same in banded context mode (kAlways)
 //   BM_TwoStreamScan            read both 64 MiB buffers, count differing 64-bit words
+//   BM_*ContextOnTarget/<target>/<per-mille>: context mode forced onto each SIMD target this CPU
+//                               runs, for the band kernels' effect (e.g. AVX3_DL's table lookup
+//                               against AVX3's compares) as a ratio in one process
 //
 // The argument is the change density in per mille (5 = 0.5 %, 300 = 30 %). Changes sit at
 // random positions and are mostly +-1 ulp (XOR masks 0x1, 0x3, 0x7), as in real training
@@ -24,9 +27,11 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "codec/payload_codec.h"
+#include "codec/simd_masks.h"
 #include "synth/trajectory.h"
 
 namespace dcr {
@@ -233,7 +238,31 @@ BENCHMARK(BM_DecodeApply)->ArgName("per_mille")->Arg(5)->Arg(10)->Arg(50)->Arg(3
 BENCHMARK(BM_DiffEncodeContext)->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeApplyContext)->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Context mode with every kernel on `target` (a Highway target bit), then the best target again.
+template <bool kEncode>
+void BM_ContextOnTarget(benchmark::State& state, int64_t target) {
+  ForceSimdTarget(target);
+  if (kEncode)
+    BM_DiffEncodeT<true>(state);
+  else
+    BM_DecodeApplyT<true>(state);
+  ForceSimdTarget(0);
+}
+
 }  // namespace
 }  // namespace dcr
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  for (int64_t target : dcr::CompiledSimdTargets()) {
+    const std::string name = dcr::SimdTargetName(target);
+    benchmark::RegisterBenchmark(("BM_DiffEncodeContextOnTarget/" + name).c_str(), dcr::BM_ContextOnTarget<true>, target)
+        ->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("BM_DecodeApplyContextOnTarget/" + name).c_str(), dcr::BM_ContextOnTarget<false>, target)
+        ->ArgName("per_mille")->Arg(5)->Arg(50)->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
