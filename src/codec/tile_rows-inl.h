@@ -95,12 +95,13 @@ inline GfniClassTable MakeGfniClassTable(const ContextClassFn& f, uint32_t width
   return g;
 }
 
-// Rows 0..7 of words [0, words) of `e` into rows->w, and rows 0..7 of rows->pre for those words.
 // Elements are prefetched this many words (4 KiB of 2-byte elements) ahead: the kernel waited on
 // their loads, and with the prefetch one-thread decode+apply of the real pairs took 0.83-0.93 of
 // the time from memory and 0.85-0.93 from cache at 0.4-1.3 % (interleaved runs; 8 to 96 words
 // were tried, 24 to 48 were alike). Prefetches never fault, so the end of a segment needs no case.
 constexpr size_t kPrefetchWords = 32;
+
+// Rows 0..7 of words [0, words) of `e` into rows->w, and rows 0..7 of rows->pre for those words.
 template <bool kClamp>
 DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint8_t class_mask, const GfniClassTable& g,
                                 TileRows* rows) {
