@@ -18,9 +18,6 @@
 namespace dcr {
 namespace {
 
-// A tile's words: DecodeBandWalk reads up to this many plus one past a band bitmap's last set bit's word.
-constexpr uint64_t kTileWordsAfter = kMaskTileElements / 64;
-
 std::atomic<uint64_t> g_split_walks{0}, g_split_fallbacks{0};
 
 }  // namespace
@@ -37,7 +34,7 @@ WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_e
 
 // Each band's changed ordinals, as DecodeBandWalk takes them (band_walk.h), and their counts.
 struct BandStreams {
-  std::array<const uint64_t*, kMaxContextBands> ordinals{}, bitmap{};
+  std::array<const uint64_t*, kMaxContextBands> ordinals{};
   BandWords count{};
 };
 
@@ -63,7 +60,7 @@ Status WalkWhole(std::span<const ContextSegment> segs, const ContextBands& bands
   all.seg_end = segs.size();
   all.limit = st.count;
   std::vector<uint64_t> filled(segs.size(), 0);
-  const bool ok = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, positions, &all, &filled);
+  const bool ok = DecodeBandWalk(segs, bands, st.ordinals, expected, positions, &all, &filled);
   return CheckWholeWalk(ok, all.placed, bands, st.count, expected, filled);
 }
 
@@ -125,7 +122,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
           second_from[b] = static_cast<uint64_t>(
               std::lower_bound(st.ordinals[b], st.ordinals[b] + st.count[b], split_run[b]) - st.ordinals[b]);
         second = PartAfter(split, nseg, split_run, second_from, st.count);
-        ok_second = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, second_outs, &second, &filled_second);
+        ok_second = DecodeBandWalk(segs, bands, st.ordinals, expected, second_outs, &second, &filled_second);
       }
     }
     if (also != nullptr) (void)also->RunIfUnclaimed();
@@ -143,7 +140,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
     first.seg_end = split.seg + 1;
     first.end_elem = split.elem;
     first.limit = st.count;
-    ok_first = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, expected, positions, &first, &filled);
+    ok_first = DecodeBandWalk(segs, bands, st.ordinals, expected, positions, &first, &filled);
     if (helper_path || (walker != SecondPartWalker::kCallerWalksOn && !second_claim.Claim())) return Status::Ok();
     // The helper has not come: walk on from where the first part ended, as one thread would.
     main_walked_all = true;
@@ -153,7 +150,7 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
       rest.first_out = filled[split.seg];
       std::vector<uint64_t> room(expected.begin(), expected.end()), filled_rest(nseg, 0);
       room[split.seg] -= filled[split.seg];
-      ok = DecodeBandWalk(segs, bands, st.ordinals, st.bitmap, room, positions, &rest, &filled_rest);
+      ok = DecodeBandWalk(segs, bands, st.ordinals, room, positions, &rest, &filled_rest);
       first.placed = rest.placed;
       for (size_t s = split.seg; s < nseg; ++s) filled[s] += filled_rest[s];
     }
@@ -214,38 +211,17 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const Contex
   }
   if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
 
-  // Changed ordinals, band after band, ascending within a band, and the same as one bitmap per
-  // band over its ordinals, zero for kTileWords + 1 words past its last one (DecodeBandWalk
-  // reads that far). Memory: 8 bytes per change plus a bit per ordinal up to each band's last.
+  // Changed ordinals, band after band, ascending within a band. Memory: 8 bytes per change.
   std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
   const BandWords offset = BandOffsets(st.count);
-  thread_local std::vector<uint64_t> bitmaps;
   const std::function<Status()> read_ordinals = [&] {
-    const BandWords& count = st.count;
     BitReader bits(r.Rest());
-    for (size_t b = 0; b < kMaxContextBands; ++b)
-      if (!GetRiceOrdinals(bits, count[b], rice[b], total_elements, ordinals.data() + offset[b]))
-        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-    if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
-    std::array<uint64_t, kMaxContextBands + 1> map_at{};
-    for (size_t b = 0; b < kMaxContextBands; ++b)
-      map_at[b + 1] = map_at[b] + (count[b] == 0 ? 0 : (ordinals[offset[b] + count[b] - 1] >> 6) + kTileWordsAfter + 2);
-    if (bitmaps.size() < map_at[kMaxContextBands]) bitmaps.resize(map_at[kMaxContextBands]);
-    std::fill_n(bitmaps.begin(), map_at[kMaxContextBands], 0);
     for (size_t b = 0; b < kMaxContextBands; ++b) {
-      uint64_t* map = bitmaps.data() + map_at[b];
-      // A band's ordinals ascend, so each word's bits are gathered in a register and the word is
-      // stored whole: an |= in memory per ordinal would chain through store forwarding.
-      uint64_t word = ~uint64_t{0}, bits_of_word = 0;
-      for (uint64_t i = offset[b]; i < offset[b] + count[b]; ++i) {
-        const uint64_t w = ordinals[i] >> 6;
-        bits_of_word = (w == word ? bits_of_word : 0) | uint64_t{1} << (ordinals[i] & 63);
-        map[w] = bits_of_word;
-        word = w;
-      }
+      if (!GetRiceOrdinals(bits, st.count[b], rice[b], total_elements, ordinals.data() + offset[b]))
+        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
       st.ordinals[b] = ordinals.data() + offset[b];
-      st.bitmap[b] = map;
     }
+    if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
     return Status::Ok();
   };
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);

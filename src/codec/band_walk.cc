@@ -177,14 +177,13 @@ HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
 
 // DecodeBandWalk of band_walk.h, for this target.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
-                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, bool fast_pdep,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
                     std::span<const uint64_t> room_of, std::span<std::vector<uint32_t>* const> positions, WalkPart* part,
                     std::vector<uint64_t>* filled) {
   // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
-  // changed elements, either one by one (few changes) or by depositing its slice of the ordinal
-  // bitmap onto its element mask word by word (branch-free); the tile bitmap then yields the
-  // tile's positions in ascending order.
+  // changed elements, either one by one (few changes) or by depositing a bitmap of its changes
+  // among its members in the tile onto its element mask word by word (branch-free); the tile
+  // bitmap then yields the tile's positions in ascending order.
   const size_t k = static_cast<size_t>(bands.k);
   // Per band: population before the tile, and ordinals placed. Kept here and stored at the end:
   // `part` may share a cache line with the other thread's part, which it writes as often.
@@ -195,6 +194,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   TileRows rows;
   TileClassifiers classifiers(bands);
   uint64_t hit[kTileWords];
+  uint64_t tile_map[kTileWords + 2];  // a dense band's changes in the tile, by member
   bool ok = true;
   for (size_t s = part->from_seg; s < part->seg_end && ok; ++s) {
     const TileClassifier& classes = classifiers.For(segs[s]);
@@ -225,11 +225,22 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
           }
           continue;
         }
+        // The band's changes in the tile as a bitmap over its members in the tile (BitsAt reads
+        // one word past the last member's). A word's bits gather in a register and the word is
+        // stored whole: an |= in memory per ordinal would chain through store forwarding.
+        const size_t map_words = (static_cast<size_t>(members) >> 6) + 2;
+        for (size_t i = 0; i < map_words; ++i) tile_map[i] = 0;
+        for (uint64_t i = p, word = ~uint64_t{0}, bits_of_word = 0; i < q; ++i) {
+          const uint64_t local = ord[i] - r0, wd = local >> 6;
+          bits_of_word = (wd == word ? bits_of_word : 0) | uint64_t{1} << (local & 63);
+          tile_map[wd] = bits_of_word;
+          word = wd;
+        }
         for (size_t wd = 0; wd < words; ++wd) {
           const uint64_t m = rows.Band(b, wd);
           const int32_t before = rows.BandBefore(b, wd);
           const int c = rows.BandBefore(b, wd + 1) - before;
-          hit[wd] |= DepositBits(BitsAt(bitmap[b], r0 + static_cast<uint64_t>(before), c), m, fast_pdep);
+          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before), c), m, fast_pdep);
         }
       }
       // The tile's changes, and which words hold any: the loop below visits only those.
@@ -360,12 +371,11 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
 }
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
-                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, std::span<const uint64_t> room,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
                     std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled) {
   static const bool fast_cpu = FastBitDeposit();
   const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
-  return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, bitmap, fast_pdep, room, positions, part, filled);
+  return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled);
 }
 
 void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,

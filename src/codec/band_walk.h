@@ -51,9 +51,7 @@ struct WalkPart {
 };
 
 // Decoder: places each band's changed ordinals at their positions, for the tiles of `part`.
-// Band b's are ordinals[b][0, count) (ascending) and, as a bitmap, bitmap[b] (bit o set iff
-// ordinal o changed; allocated and zero from the word after its last set bit through
-// kMaskTileElements / 64 + 1 more words). Segment s receives at most room[s] positions, written
+// Band b's are ordinals[b][0, count) (strictly ascending). Segment s receives at most room[s] positions, written
 // from positions[s][first_out] for the part's first segment and from positions[s][0] for the
 // others, never past that room. Returns false if a segment would get more than room[s];
 // part->placed[b] = ordinals of band b placed through the part (fewer than limit[b] at the
@@ -61,8 +59,7 @@ struct WalkPart {
 // part wrote to segment s. Parts write disjoint positions, so two threads may walk two parts at
 // once.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals,
-                    const std::array<const uint64_t*, kMaxContextBands>& bitmap, std::span<const uint64_t> room,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
                     std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled);
 
 // Each band's population among the elements before element `end_elem` (a tile start) of segment
