@@ -88,7 +88,7 @@ WalkPart PartAfter(const WalkSplit& split, size_t nseg, const BandWords& run, co
 // result is the one-thread walk's either way: a helper's part is accepted only if every count
 // agrees with the first part's, and is otherwise walked again by WalkWhole for its error. The
 // helper also runs `also`, if given and unclaimed, while it waits for the ordinals and after its
-// part.
+// part; the calling thread after its part when the helper walks the second.
 Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& bands, const WalkSplit& split,
                       const std::function<Status()>& read_ordinals, const BandStreams& st,
                       std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
@@ -141,7 +141,12 @@ Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& 
     first.end_elem = split.elem;
     first.limit = st.count;
     ok_first = DecodeBandWalk(segs, bands, st.ordinals, expected, positions, &first, &filled);
-    if (helper_path || (walker != SecondPartWalker::kCallerWalksOn && !second_claim.Claim())) return Status::Ok();
+    if (helper_path || (walker != SecondPartWalker::kCallerWalksOn && !second_claim.Claim())) {
+      // The helper walks the second part: `also` (the value section) is this thread's if still
+      // unclaimed, rather than the helper's after its part while this thread waits.
+      if (also != nullptr) (void)also->RunIfUnclaimed();
+      return Status::Ok();
+    }
     // The helper has not come: walk on from where the first part ended, as one thread would.
     main_walked_all = true;
     bool ok = ok_first;
