@@ -112,6 +112,21 @@ struct RowPrefixOut {
   size_t stride = 0;
 };
 
+// Stores the K mask words of whole word w and, where prefix counts are wanted, each row's set
+// bits before w (before[i]: row i's running total, advanced past w).
+template <int K>
+HWY_INLINE void StoreClassWords(const uint64_t (&word)[K], size_t w, MaskOut out, RowPrefixOut prefix,
+                                int32_t (&before)[K]) {
+  HWY_UNROLL(7)
+  for (int i = 0; i < K; ++i) out(static_cast<size_t>(i), w) = word[i];
+  if (prefix.at == nullptr) return;
+  HWY_UNROLL(7)
+  for (int i = 0; i < K; ++i) {
+    prefix.at[static_cast<size_t>(i) * prefix.stride + w] = static_cast<int16_t>(before[i]);
+    before[i] += PopCount64(word[i]);
+  }
+}
+
 template <typename T, int K>
 size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_t class_mask, const uint8_t* t,
                           MaskOut out, RowPrefixOut prefix) {
@@ -134,15 +149,7 @@ size_t ClassAtLeastMasksK(const uint8_t* bytes, size_t count, int shift, uint32_
       HWY_UNROLL(7)
       for (int i = 0; i < K; ++i) word[i] |= MaskWord(di, hn::Gt(c, hn::Set(di, below[i]))) << j;
     }
-    HWY_UNROLL(7)
-    for (int i = 0; i < K; ++i) out(static_cast<size_t>(i), w) = word[i];
-    if (prefix.at != nullptr) {
-      HWY_UNROLL(7)
-      for (int i = 0; i < K; ++i) {
-        prefix.at[static_cast<size_t>(i) * prefix.stride + w] = static_cast<int16_t>(before[i]);
-        before[i] += PopCount64(word[i]);
-      }
-    }
+    StoreClassWords<K>(word, w, out, prefix, before);
   }
   ClassAtLeastMasksScalar<T>(bytes, 64 * full, count, shift, class_mask, t, K, out);
   return prefix.at != nullptr ? full : 0;
@@ -178,15 +185,7 @@ size_t ClassAtLeastMasks16(const uint8_t* bytes, size_t count, int shift, uint32
       HWY_UNROLL(7)
       for (int i = 0; i < K; ++i) word[i] |= MaskWord(di8, hn::Gt(c, hn::Set(di8, below[i]))) << j;
     }
-    HWY_UNROLL(7)
-    for (int i = 0; i < K; ++i) out(static_cast<size_t>(i), w) = word[i];
-    if (prefix.at != nullptr) {
-      HWY_UNROLL(7)
-      for (int i = 0; i < K; ++i) {
-        prefix.at[static_cast<size_t>(i) * prefix.stride + w] = static_cast<int16_t>(before[i]);
-        before[i] += PopCount64(word[i]);
-      }
-    }
+    StoreClassWords<K>(word, w, out, prefix, before);
   }
   ClassAtLeastMasksScalar<uint16_t>(bytes, 64 * full, count, shift, class_mask, t, K, out);
   return prefix.at != nullptr ? full : 0;
