@@ -1,244 +1,253 @@
-// Banded context coding of locations (docs/format.md §2.7), the decoder: the O(changes) streams
-// and the two-thread split; the O(dense) walks over the old bits are band_walk.h's, the encoder
-// is band_encode.cc.
+// Banded context coding of locations (docs/format.md §2.7-2.8), the decoder: the header, each
+// part's Rice ordinals and checks, and the parts' distribution over threads; the O(dense) walks
+// over the old bits are band_walk.h's, the encoder is band_encode.cc.
 #include "codec/band_context.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <functional>
+#include <bit>
+#include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
-#include "codec/simd_masks.h"
 
 namespace dcr {
 namespace {
 
-std::atomic<uint64_t> g_split_walks{0}, g_split_fallbacks{0};
+std::atomic<uint64_t> g_helper_parts{0};
+std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
 
-}  // namespace
-
-BandWalkSplitCounts GetBandWalkSplitCounts() { return {g_split_walks.load(), g_split_fallbacks.load()}; }
-
-namespace {
-
-WalkSplit ChooseWalkSplit(std::span<const ContextSegment> segs, uint64_t total_elements, uint64_t total_changes,
-                          int threads, bool forced) {
-  if (threads < 2 || total_elements < kSplitWalkMinElements || (total_changes < kSplitWalkMinChanges && !forced)) return {};
-  return HalfwayTileSplit(segs, total_elements);
-}
-
-// Each band's changed ordinals, as DecodeBandWalk takes them (band_walk.h), and their counts.
-struct BandStreams {
-  std::array<const uint64_t*, kMaxContextBands> ordinals{};
-  BandWords count{};
+// The location section's fields before the bit streams, and each part's stream.
+struct BandedHeader {
+  ContextBands bands;
+  size_t parts = 1;
+  std::array<BandWords, kMaxBandParts> count{};  // [part][band]: changed elements
+  std::array<std::array<uint8_t, kMaxContextBands>, kMaxBandParts> rice{};
+  std::array<std::span<const uint8_t>, kMaxBandParts> stream{};
 };
 
-// The checks on a walk over every tile, in the order the one-thread walk makes them: its errors
-// are the canonical ones. `ok` and `placed` are the walk's result, filled[s] the positions it
-// gave segment s.
-Status CheckWholeWalk(bool ok, const BandWords& placed, const ContextBands& bands, const BandWords& count,
-                      std::span<const uint64_t> expected, std::span<const uint64_t> filled) {
-  if (!ok) return Corrupt("banded context code: a segment has more changes than its table entry");
-  for (size_t b = 0; b < static_cast<size_t>(bands.k); ++b)
-    if (placed[b] != count[b])
-      return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population");
-  for (size_t s = 0; s < expected.size(); ++s)
-    if (filled[s] != expected[s])
-      return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
+// Reads and checks everything before the bit streams (mode 2: one part, without the part count
+// and stream lengths). Errors name the part only where there are several.
+Status ReadBandedHeader(std::span<const uint8_t> in, bool in_parts, uint64_t total_elements, uint64_t total_expected,
+                        BandedHeader* h) {
+  ByteReader r(in);
+  uint8_t k8 = 0;
+  if (!r.ReadByte(&k8) || k8 == 0 || k8 > kMaxContextBands) return Corrupt("banded context code: bad band count");
+  h->bands.k = k8;
+  for (size_t i = 0; i + 1 < k8; ++i) {
+    if (!r.ReadByte(&h->bands.t[i])) return Corrupt("banded context code: truncated thresholds");
+    if (h->bands.t[i] == 0 || (i > 0 && h->bands.t[i] <= h->bands.t[i - 1]))
+      return Corrupt("banded context code: thresholds not strictly ascending from 1");
+  }
+  uint8_t parts = 1;
+  if (in_parts && (!r.ReadByte(&parts) || parts == 0 || parts > kMaxBandParts ||
+                   (parts > 1 && total_elements / parts < kBandPartAlign)))
+    return Corrupt("banded context code: bad part count " + std::to_string(parts) + " for " + std::to_string(total_elements) +
+                   " elements");
+  h->parts = parts;
+  uint64_t sum = 0;
+  for (size_t p = 0; p < parts; ++p) {
+    const std::string part = parts > 1 ? " in part " + std::to_string(p) : "";
+    for (size_t b = 0; b < k8; ++b) {
+      uint64_t& c = h->count[p][b];
+      if (!r.ReadVarint(&c) || c > total_expected - sum)
+        return Corrupt("banded context code: bad change count of band " + std::to_string(b) + part);
+      sum += c;
+      if (c > 0 && (!r.ReadByte(&h->rice[p][b]) || h->rice[p][b] > kMaxContextRice))
+        return Corrupt("banded context code: bad Rice parameter of band " + std::to_string(b) + part);
+    }
+  }
+  if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
+  std::array<uint64_t, kMaxBandParts> length{};
+  uint64_t lengths = 0;
+  for (size_t p = 0; p + 1 < parts; ++p)
+    if (!r.ReadVarint(&length[p]) || length[p] > in.size() || (lengths += length[p]) > in.size())
+      return Corrupt("banded context code: bad stream length of part " + std::to_string(p));
+  if (lengths > r.remaining()) return Corrupt("banded context code: part stream lengths exceed the section");
+  length[parts - 1] = r.remaining() - lengths;
+  std::span<const uint8_t> rest = r.Rest();
+  for (size_t p = 0; p < parts; ++p) {
+    h->stream[p] = rest.first(length[p]);
+    rest = rest.subspan(length[p]);
+  }
   return Status::Ok();
 }
 
-// The one-thread walk over every tile.
-Status WalkWhole(std::span<const ContextSegment> segs, const ContextBands& bands, const BandStreams& st,
-                 std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
-  WalkPart all;
-  all.seg_end = segs.size();
-  all.limit = st.count;
-  std::vector<uint64_t> filled(segs.size(), 0);
-  const bool ok = DecodeBandWalk(segs, bands, st.ordinals, expected, positions, &all, &filled);
-  return CheckWholeWalk(ok, all.placed, bands, st.count, expected, filled);
-}
-
-std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
-
-// The walk's part from the split through the last segment, given each band's population before
-// the split (`run`) and its ordinals placed before it.
-WalkPart PartAfter(const WalkSplit& split, size_t nseg, const BandWords& run, const BandWords& placed,
-                   const BandWords& count) {
-  WalkPart part;
-  part.from_seg = split.seg;
-  part.from_elem = split.elem;
-  part.seg_end = nseg;
-  part.run = run;
-  part.placed = placed;
-  part.limit = count;
-  return part;
-}
-
-// The walk split at `split` between the calling thread and a helper. The calling thread reads
-// the ordinals (read_ordinals) and walks the first part. The second part goes to whichever
-// thread claims it first: the helper, which must first count each band's population before the
-// split, or the calling thread once the first part is done, which then simply walks on. So a
-// helper slow to wake (0.1 ms or more on an idle virtual machine) costs nothing, and the
-// result is the one-thread walk's either way: a helper's part is accepted only if every count
-// agrees with the first part's, and is otherwise walked again by WalkWhole for its error. The
-// helper also runs `also`, if given and unclaimed, while it waits for the ordinals and after its
-// part; the calling thread after its part when the helper walks the second.
-Status WalkInTwoParts(std::span<const ContextSegment> segs, const ContextBands& bands, const WalkSplit& split,
-                      const std::function<Status()>& read_ordinals, const BandStreams& st,
-                      std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
-                      ClaimableTask* also) {
-  const size_t nseg = segs.size();
-  enum : int { kPending, kReady, kFailed };
-  std::atomic<int> ordinals_state{kPending};
-  ClaimOnce second_claim;
-  const SecondPartWalker walker = g_second_part_walker.load(std::memory_order_relaxed);
-  const bool helper_path = walker == SecondPartWalker::kHelperPath;
-  if (walker == SecondPartWalker::kCallerWalksOn) (void)second_claim.Claim();
-
-  // The helper's part writes segment split.seg's positions here (the caller's buffer: the helper
-  // may serve another caller as soon as this call ends), and the others in place.
-  thread_local std::vector<uint32_t> split_tail;
-  split_tail.resize(expected[split.seg]);
-  std::vector<std::vector<uint32_t>*> second_outs(positions.begin(), positions.end());
-  second_outs[split.seg] = &split_tail;
-  bool helper_walked = false, ok_second = false;
-  BandWords split_run{}, second_from{};
-  WalkPart second;
-  std::vector<uint64_t> filled_second(nseg, 0);
-  auto side = [&] {
-    if (helper_path || second_claim.Claim()) {
-      helper_walked = true;
-      CountBandPopulations(segs, bands, split.seg, split.elem, &split_run);
-      if (also != nullptr && ordinals_state.load(std::memory_order_acquire) == kPending) (void)also->RunIfUnclaimed();
-      YieldUntil([&] { return ordinals_state.load(std::memory_order_acquire) != kPending; });
-      if (ordinals_state.load(std::memory_order_acquire) == kReady) {
-        for (size_t b = 0; b < kMaxContextBands; ++b)
-          second_from[b] = static_cast<uint64_t>(
-              std::lower_bound(st.ordinals[b], st.ordinals[b] + st.count[b], split_run[b]) - st.ordinals[b]);
-        second = PartAfter(split, nseg, split_run, second_from, st.count);
-        ok_second = DecodeBandWalk(segs, bands, st.ordinals, expected, second_outs, &second, &filled_second);
-      }
+// Decodes one part: its ordinals (into ordinals[0, its changes)), then the walk over its
+// elements, writing its positions into the slots that payload order gives them.
+class PartDecoder {
+ public:
+  PartDecoder(const BandedHeader& h, std::span<const ContextSegment> segs, uint64_t total_elements,
+              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions)
+      : h_(h), segs_(segs), expected_(expected), positions_(positions) {
+    starts_ = h.parts > 1 ? FindBandPartStarts(segs, total_elements, h.parts)
+                          : BandPartStarts{BandPartStart{}, BandPartStart{segs.size(), 0, total_elements}};
+    segment_first_.resize(segs.size() + 1);
+    for (size_t s = 0; s < segs.size(); ++s) segment_first_[s + 1] = segment_first_[s] + expected[s];
+    for (size_t p = 0; p < h.parts; ++p) {
+      uint64_t n = 0;
+      for (size_t b = 0; b < kMaxContextBands; ++b) n += h.count[p][b];
+      change_first_[p + 1] = change_first_[p] + n;
     }
-    if (also != nullptr) (void)also->RunIfUnclaimed();
-    return Status::Ok();
-  };
-
-  Status status;
-  bool main_walked_all = false, ok_first = false;
-  WalkPart first;
-  std::vector<uint64_t> filled(nseg, 0);  // the first part's, then the whole walk's
-  auto main = [&] {
-    status = read_ordinals();
-    ordinals_state.store(status.ok() ? kReady : kFailed, std::memory_order_release);
-    if (!status.ok()) return Status::Ok();
-    first.seg_end = split.seg + 1;
-    first.end_elem = split.elem;
-    first.limit = st.count;
-    ok_first = DecodeBandWalk(segs, bands, st.ordinals, expected, positions, &first, &filled);
-    if (helper_path || (walker != SecondPartWalker::kCallerWalksOn && !second_claim.Claim())) {
-      // The helper walks the second part: `also` (the value section) is this thread's if still
-      // unclaimed, rather than the helper's after its part while this thread waits.
-      if (also != nullptr) (void)also->RunIfUnclaimed();
-      return Status::Ok();
-    }
-    // The helper has not come: walk on from where the first part ended, as one thread would.
-    main_walked_all = true;
-    bool ok = ok_first;
-    if (ok) {
-      WalkPart rest = PartAfter(split, nseg, first.run, first.placed, st.count);
-      rest.first_out = filled[split.seg];
-      std::vector<uint64_t> room(expected.begin(), expected.end()), filled_rest(nseg, 0);
-      room[split.seg] -= filled[split.seg];
-      ok = DecodeBandWalk(segs, bands, st.ordinals, room, positions, &rest, &filled_rest);
-      first.placed = rest.placed;
-      for (size_t s = split.seg; s < nseg; ++s) filled[s] += filled_rest[s];
-    }
-    status = CheckWholeWalk(ok, first.placed, bands, st.count, expected, filled);
-    return Status::Ok();
-  };
-  if (helper_path)
-    (void)RunConcurrently(side, main);
-  else
-    (void)OfferToHelper(side, main);
-  if (!status.ok() || main_walked_all) return status;
-
-  g_split_walks.fetch_add(1, std::memory_order_relaxed);
-  // (first.run is not compared: the walk stops counting a band once its changes are all placed.)
-  bool agree = helper_walked && ok_first && ok_second && first.placed == second_from && second.placed == st.count;
-  for (size_t s = 0; s < nseg && agree; ++s) {
-    const uint64_t got = s < split.seg ? filled[s] : s == split.seg ? filled[s] + filled_second[s] : filled_second[s];
-    agree = got == expected[s];
   }
-  if (agree) {
-    std::copy_n(split_tail.begin(), filled_second[split.seg], positions[split.seg]->begin() + filled[split.seg]);
+
+  // `ordinals`: room for the part's changes; the caller's, not shared with another part.
+  Status Decode(size_t p, uint64_t* ordinals) const {
+    const std::string part = h_.parts > 1 ? " in part " + std::to_string(p) : "";
+    const BandPartStart& from = starts_[p];
+    const BandPartStart& to = starts_[p + 1];
+    const uint64_t elements = to.at - from.at;
+    BitReader bits(h_.stream[p]);
+    std::array<const uint64_t*, kMaxContextBands> ord{};
+    uint64_t* o = ordinals;
+    for (size_t b = 0; b < kMaxContextBands; ++b) {
+      if (!GetRiceOrdinals(bits, h_.count[p][b], h_.rice[p][b], elements, o))
+        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b) + part);
+      ord[b] = o;
+      o += h_.count[p][b];
+    }
+    if (bits.bytes_consumed() != h_.stream[p].size()) return Corrupt("banded context code: trailing bytes" + part);
+
+    // The part's changes are payload-order changes [c0, c1): segment s gets the ones among its
+    // own [segment_first_[s], segment_first_[s + 1]), from slot c0 - segment_first_[s] on.
+    const uint64_t c0 = change_first_[p], c1 = change_first_[p + 1];
+    WalkPart walk;
+    walk.from_seg = from.seg;
+    walk.from_elem = from.elem;
+    walk.seg_end = to.elem == 0 ? to.seg : to.seg + 1;
+    walk.end_elem = to.elem == 0 ? ~uint64_t{0} : to.elem;
+    walk.limit = h_.count[p];
+    walk.first_out = std::clamp(c0, segment_first_[from.seg], segment_first_[from.seg + 1]) - segment_first_[from.seg];
+    std::vector<uint64_t> room(segs_.size(), 0), filled(segs_.size(), 0);
+    for (size_t s = walk.from_seg; s < walk.seg_end; ++s)
+      room[s] = std::clamp(c1, segment_first_[s], segment_first_[s + 1]) - std::clamp(c0, segment_first_[s], segment_first_[s + 1]);
+    if (!DecodeBandWalk(segs_, h_.bands, ord, room, positions_, &walk, &filled))
+      return Corrupt("banded context code: a segment has more changes than its table entry" + part);
+    for (size_t b = 0; b < static_cast<size_t>(h_.bands.k); ++b)
+      if (walk.placed[b] != h_.count[p][b])
+        return Corrupt("banded context code: band " + std::to_string(b) + " has ordinals past its population" + part);
+    // Every change placed, each segment exactly its share: the part's changes all lie in its
+    // own segments' slots, so the parts together fill every segment exactly.
+    for (size_t s = walk.from_seg; s < walk.seg_end; ++s)
+      if (filled[s] != room[s])
+        return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry" +
+                       part);
+    uint64_t in_segments = 0;
+    for (size_t s = walk.from_seg; s < walk.seg_end; ++s) in_segments += room[s];
+    if (in_segments != c1 - c0)
+      return Corrupt("banded context code: the part's changes disagree with its segments' table entries" + part);
     return Status::Ok();
   }
-  g_split_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  return WalkWhole(segs, bands, st, expected, positions);
-}
+
+  uint64_t FirstChange(size_t p) const { return change_first_[p]; }
+
+ private:
+  const BandedHeader& h_;
+  std::span<const ContextSegment> segs_;
+  std::span<const uint64_t> expected_;
+  std::span<std::vector<uint32_t>* const> positions_;
+  BandPartStarts starts_{};
+  std::vector<uint64_t> segment_first_;                     // [s]: the payload-order index of segment s's first change
+  std::array<uint64_t, kMaxBandParts + 1> change_first_{};  // [p]: the same of part p's first change
+};
 
 }  // namespace
 
+size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements) {
+  const uint64_t by_size = total_elements / std::max<uint64_t>(part_elements, 1);
+  const uint64_t most = std::min<uint64_t>({by_size, total_elements / kBandPartAlign, kMaxBandParts});
+  return most == 0 ? 1 : static_cast<size_t>(std::bit_floor(most));
+}
+
+BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts) {
+  DCR_CHECK(parts >= 1 && parts <= kMaxBandParts && total_elements / parts >= kBandPartAlign);
+  BandPartStarts starts{};
+  size_t s = 0;
+  uint64_t before = 0;  // elements of the segments before s
+  for (size_t p = 1; p < parts; ++p) {
+    // floor(p * total / parts) without overflow: total < 2^61 (bytes of a payload's segments).
+    const uint64_t at = total_elements / parts * p + total_elements % parts * p / parts;
+    while (before + segs[s].elements() <= at) before += segs[s++].elements();
+    const uint64_t elem = (at - before) / kBandPartAlign * kBandPartAlign;
+    starts[p] = {s, elem, before + elem};
+  }
+  starts[parts] = {segs.size(), 0, total_elements};
+  return starts;
+}
+
+uint64_t GetBandPartsDecodedByHelper() { return g_helper_parts.load(); }
 void SetSecondPartWalkerForTests(SecondPartWalker walker) { g_second_part_walker.store(walker); }
 SecondPartWalker GetSecondPartWalkerForTests() { return g_second_part_walker.load(std::memory_order_relaxed); }
 
-Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
+Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads, ClaimableTask* also) {
   const uint64_t total_elements = TotalElements(segs);
   uint64_t total_expected = 0;
   for (uint64_t e : expected) total_expected += e;
-  ByteReader r(in);
-  uint8_t k8 = 0;
-  if (!r.ReadByte(&k8) || k8 == 0 || k8 > kMaxContextBands) return Corrupt("banded context code: bad band count");
-  ContextBands bands;
-  bands.k = k8;
-  for (size_t i = 0; i + 1 < k8; ++i) {
-    if (!r.ReadByte(&bands.t[i])) return Corrupt("banded context code: truncated thresholds");
-    if (bands.t[i] == 0 || (i > 0 && bands.t[i] <= bands.t[i - 1]))
-      return Corrupt("banded context code: thresholds not strictly ascending from 1");
-  }
-  BandStreams st;
-  std::array<uint8_t, kMaxContextBands> rice{};
-  uint64_t sum = 0;
-  for (size_t b = 0; b < k8; ++b) {
-    if (!r.ReadVarint(&st.count[b]) || st.count[b] > total_expected - sum)
-      return Corrupt("banded context code: bad change count of band " + std::to_string(b));
-    sum += st.count[b];
-    if (st.count[b] > 0 && (!r.ReadByte(&rice[b]) || rice[b] > kMaxContextRice))
-      return Corrupt("banded context code: bad Rice parameter of band " + std::to_string(b));
-  }
-  if (sum != total_expected) return Corrupt("banded context code: band counts do not add up to the payload's changes");
-
-  // Changed ordinals, band after band, ascending within a band. Memory: 8 bytes per change.
-  std::vector<uint64_t>& ordinals = ScratchWords(total_expected);
-  const BandWords offset = BandOffsets(st.count);
-  const std::function<Status()> read_ordinals = [&] {
-    BitReader bits(r.Rest());
-    for (size_t b = 0; b < kMaxContextBands; ++b) {
-      if (!GetRiceOrdinals(bits, st.count[b], rice[b], total_elements, ordinals.data() + offset[b]))
-        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b));
-      st.ordinals[b] = ordinals.data() + offset[b];
-    }
-    if (bits.bytes_consumed() != r.remaining()) return Corrupt("banded context code: trailing bytes");
+  BandedHeader h;
+  DCR_RETURN_IF_ERROR(ReadBandedHeader(in, in_parts, total_elements, total_expected, &h));
+  for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
+  const PartDecoder decoder(h, segs, total_elements, expected, positions);
+  // Ordinals of every part, part after part (8 bytes per change): the calling thread's buffer,
+  // each part writing only its own range.
+  uint64_t* ordinals = ScratchWords(total_expected).data();
+  const size_t parts = h.parts;
+  std::array<Status, kMaxBandParts> status;
+  auto decode = [&](size_t p) { status[p] = decoder.Decode(p, ordinals + decoder.FirstChange(p)); };
+  // The first failing part's error, as one thread decoding the parts in order would report it.
+  auto first_error = [&] {
+    for (size_t p = 0; p < parts; ++p)
+      if (!status[p].ok()) return status[p];
     return Status::Ok();
   };
-  for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  const WalkSplit split = ChooseWalkSplit(segs, total_elements, total_expected, threads,
-                                          g_second_part_walker.load(std::memory_order_relaxed) != SecondPartWalker::kClaimed);
-  if (split.use) return WalkInTwoParts(segs, bands, split, read_ordinals, st, expected, positions, also);
-  auto walk_whole = [&] {
-    DCR_RETURN_IF_ERROR(read_ordinals());
-    return WalkWhole(segs, bands, st, expected, positions);
+  if (threads < 2 || (parts == 1 && also == nullptr)) {
+    for (size_t p = 0; p < parts; ++p)
+      if (decode(p), !status[p].ok()) return status[p];
+    return Status::Ok();
+  }
+  if (parts == 1)
+    return OfferClaimable(*also, [&] {
+      decode(0);
+      return status[0];
+    });
+
+  // Parts go to whichever thread claims them first, in order; a helper that comes late takes
+  // what is left, or nothing. Then the value section (`also`), if still unclaimed.
+  const SecondPartWalker walker = g_second_part_walker.load(std::memory_order_relaxed);
+  std::atomic<size_t> next{walker == SecondPartWalker::kHelperPath ? size_t{1} : size_t{0}};
+  std::atomic<size_t> done{0};
+  auto take_parts = [&](bool helper) {
+    for (size_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < parts;) {
+      decode(p);
+      if (helper) g_helper_parts.fetch_add(1, std::memory_order_relaxed);
+      done.fetch_add(1, std::memory_order_release);
+    }
   };
-  if (threads < 2 || also == nullptr) return walk_whole();
-  return OfferClaimable(*also, walk_whole);
+  auto side = [&] {
+    if (walker != SecondPartWalker::kCallerWalksOn) take_parts(true);
+    if (also != nullptr) (void)also->RunIfUnclaimed();
+    return Status::Ok();
+  };
+  auto main = [&] {
+    if (walker == SecondPartWalker::kHelperPath) {
+      decode(0);
+      done.fetch_add(1, std::memory_order_release);
+    } else {
+      take_parts(false);
+    }
+    if (also != nullptr) (void)also->RunIfUnclaimed();
+    YieldUntil([&] { return done.load(std::memory_order_acquire) == parts; });
+    return Status::Ok();
+  };
+  if (walker == SecondPartWalker::kHelperPath)
+    (void)RunConcurrently(side, main);
+  else
+    (void)OfferToHelper(side, main);
+  return first_error();
 }
 
 }  // namespace dcr

@@ -1,9 +1,10 @@
-// Banded context-mode location coding (payload codec mode 2, docs/format.md §2.7). Both sides hold
+// Banded context-mode location coding (payload codec modes 2 and 3, docs/format.md §2.7-2.8). Both sides hold
 // the old bits, and the exponent of an element's old value predicts whether it changes (one BF16
 // ulp is smaller for small magnitudes). The encoder cuts the class axis (the exponent field,
 // ContextClassFor) into at most 8 contiguous bands fitted to the payload; each band's elements,
 // taken in payload order across all segments, form a sequence in which the changed ones are
-// Rice-coded by gap with a parameter fitted to that band.
+// Rice-coded by gap with a parameter fitted to that band. Mode 3 (written) codes the payload in
+// parts that threads code and decode independently; mode 2 (read) is one part.
 //
 // On the real trajectories deltas with fitted bands are within 0.2 % of their size with one class
 // per exponent value (mode 1, context_coding.h), and both directions are several times faster:
@@ -12,6 +13,7 @@
 // decoding (docs/format.md §2.7).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -20,61 +22,78 @@
 #include "base/thread_pool.h"
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
+#include "codec/simd_masks.h"
 
 namespace dcr {
 
-// Appends the banded code of the changed positions (positions[i] ascending, relative to segment
-// i, at least one in all) to `out`. Deterministic: a function of the segments' bytes only, the
-// same with any thread count. With threads >= 2 and at least kSplitWalkMinElements elements, a
-// helper thread may walk the second half of the old bits. With threads >= 2 the helper also runs
-// `filler` (while the calling thread fits the bands) and `also` (while it writes the code), each
-// unless a thread has claimed it: other work of the same payload. Either may still be unclaimed
-// on return; the caller runs it then (RunIfUnclaimed). (band_encode.cc)
+// Parts (payload codec mode 3, docs/format.md §2.8): the payload's elements cut into 1 to
+// kMaxBandParts ranges, each with its own per-band change counts, Rice parameters and bit stream,
+// its ordinals counted from its own start. So each part is coded and decoded on its own, by
+// whichever thread takes it, and nothing about a part needs the parts before it.
+inline constexpr size_t kMaxBandParts = 8;
+// Part boundaries lie on multiples of this many elements from their segment's start (normative:
+// the decoder derives the boundaries from the part count). A multiple of kMaskTileElements, so
+// a part starts at a tile of the walks.
+inline constexpr uint64_t kBandPartAlign = 4096;
+static_assert(kBandPartAlign % kMaskTileElements == 0);
+// The encoder's default: at least this many elements per part. Below it a part's own counts and
+// Rice parameters (about 10-20 bytes) would weigh on small payloads for threads they rarely get.
+inline constexpr uint64_t kDefaultBandPartElements = 512 * 1024;
+
+// The parts the encoder cuts `total_elements` into: the largest power of two at most
+// total / part_elements and total / kBandPartAlign, within 1..kMaxBandParts. A function of the
+// payload alone, so the bytes do not depend on the thread count.
+size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements);
+
+// Where part i starts, for i = 0..parts (parts: the end): segment `seg`, element `elem` of it,
+// and `at`, the element's index in payload order. Part i > 0 starts at the multiple of
+// kBandPartAlign (from its segment's start) at or below payload element floor(i * total / parts).
+// Needs total >= parts * kBandPartAlign, so that every part holds at least one element.
+struct BandPartStart {
+  size_t seg = 0;
+  uint64_t elem = 0, at = 0;
+};
+using BandPartStarts = std::array<BandPartStart, kMaxBandParts + 1>;
+BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts);
+
+// Appends the banded code in parts (mode 3) of the changed positions (positions[i] ascending,
+// relative to segment i, at least one in all) to `out`, with ChooseBandParts(total elements,
+// part_elements) parts. Deterministic: a function of the segments' bytes and part_elements
+// only, the same with any thread count. With threads >= 2 a helper thread may take parts (and,
+// with at least kSplitWalkMinElements elements, half of the band fit's counts). With threads >= 2
+// the helper also runs `filler` (while the calling thread fits the bands) and `also` (when no
+// part is left), each unless a thread has claimed it: other work of the same payload. Either may
+// still be unclaimed on return; the caller runs it then (RunIfUnclaimed). (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out, int threads = 1, ClaimableTask* also = nullptr,
-                           ClaimableTask* filler = nullptr);
+                           std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
+                           ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr);
 
-// Whether EncodeBandedLocations splits its walk over these segments between two threads.
-bool EncodeSplitsWalk(std::span<const ContextSegment> segs, int threads);
+// Whether EncodeBandedLocations uses a second thread for these segments.
+bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads);
 
-// Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails
-// with kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the
-// sum of `expected`. With threads >= 2, at least kSplitWalkMinElements elements and
-// kSplitWalkMinChanges changes, a helper thread may walk part of the old bits (when it comes in
-// time); positions and errors are the same as with one thread. With threads >= 2, the helper also
-// runs `also` (another section's decode) if no thread has claimed it; the caller runs it
-// afterwards if it is still unclaimed.
-Status DecodeBandedLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
+// Inverse, for mode 2 (`in_parts` false: one part without the part fields, §2.7) and mode 3:
+// fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails with
+// kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the sum
+// of `expected`. With threads >= 2, a helper thread may decode parts (when it comes in time);
+// positions and errors are the same as with one thread (the first failing part's error). With
+// threads >= 2, the helper also runs `also` (another section's decode) if no thread has claimed
+// it; the caller runs it afterwards if it is still unclaimed.
+Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads = 1, ClaimableTask* also = nullptr);
 
-// Decodes whose second part of the walk a helper thread walked since the process started, and of
-// those the ones whose parts disagreed (damaged input) and were walked again on one thread.
-struct BandWalkSplitCounts {
-  uint64_t splits = 0, fallbacks = 0;
-};
-BandWalkSplitCounts GetBandWalkSplitCounts();
+// Parts that a helper thread (not the calling thread) decoded, since the process started.
+uint64_t GetBandPartsDecodedByHelper();
 
-// Payloads with fewer elements, or fewer changes, decode on one thread: a second thread would
-// cost more than it saves. Waking a sleeping helper takes 0.1-0.15 ms on the VMs measured, and
-// below about 16 Ki changes in 1.45 M elements the whole one-thread walk is 0.25-0.3 ms there,
-// so two threads were slower than one (`dcr bench codec` on the real pairs).
+// The band fit's class counts are split between two threads only in payloads this large.
 inline constexpr uint64_t kSplitWalkMinElements = 256 * 1024;
-inline constexpr uint64_t kSplitWalkMinChanges = 16 * 1024;
 
-// For tests: who walks the second part of a split walk. kClaimed: whichever thread claims it
-// first (the default). kHelperPath: always as a helper does, counting populations first (on the
-// helper, or after the first part on the calling thread when the helper is late). kCallerWalksOn:
-// always the calling thread, walking on from the first part. So each path and its checks run
-// whatever the timing. Either of the last two also splits payloads with fewer than
-// kSplitWalkMinChanges changes.
-// The encoder's split walks (EncodeBandedLocations) follow the same setting; its second part
-// needs no population count, so kHelperPath there only means that the helper walks it. So does
-// the value section's two-thread encode (EncodeValues): kHelperPath, the helper counts and writes
-// the second half's symbols; kCallerWalksOn, the calling thread does all.
+// For tests: who takes which part (and the encoder's second fit count, and the value section's
+// second half). kClaimed: whichever thread claims it first (the default). kHelperPath: the helper
+// always comes (it is waited for) and takes every part but the first, and the second count.
+// kCallerWalksOn: the calling thread does everything. So each path runs whatever the timing.
 enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
 void SetSecondPartWalkerForTests(SecondPartWalker walker);
 SecondPartWalker GetSecondPartWalkerForTests();
-
 
 }  // namespace dcr

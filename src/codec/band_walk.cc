@@ -289,26 +289,6 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   return ok;
 }
 
-// CountBandPopulations of band_walk.h, for this target.
-void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
-                          BandWords* population) {
-  const size_t k = static_cast<size_t>(bands.k);
-  std::array<uint64_t, kMaxContextBands + 1> at_least{};  // [r]: elements in row r of their tiles
-  TileRows rows;
-  TileClassifiers classifiers(bands);
-  for (size_t s = 0; s <= seg && s < segs.size(); ++s) {
-    const TileClassifier& classes = classifiers.For(segs[s]);
-    const uint32_t w = classes.width;
-    const uint64_t n = s == seg ? std::min(segs[s].base.size() / w, end_elem) : segs[s].base.size() / w;
-    for (uint64_t tile = 0; tile < n; tile += kMaskTileElements) {
-      const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], classes, tile, tn, &rows);
-      for (size_t r = 0; r < k; ++r) at_least[r] += static_cast<uint64_t>(rows.pre[r][rows.words]);
-    }
-  }
-  for (size_t b = 0; b < kMaxContextBands; ++b) (*population)[b] = b < k ? at_least[b] - at_least[b + 1] : 0;
-}
-
 // LoadTileRowsForTests of band_walk.h, for this target.
 void LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn,
                           TileRowsForTests* out) {
@@ -336,7 +316,6 @@ namespace dcr {
 
 HWY_EXPORT(EncodeBandWalk);
 HWY_EXPORT(DecodeBandWalk);
-HWY_EXPORT(CountBandPopulations);
 HWY_EXPORT(LoadTileRowsForTests);
 
 namespace {
@@ -376,11 +355,6 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   static const bool fast_cpu = FastBitDeposit();
   const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
   return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled);
-}
-
-void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
-                          BandWords* population) {
-  HWY_DYNAMIC_DISPATCH(CountBandPopulations)(segs, bands, seg, end_elem, population);
 }
 
 TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {

@@ -39,8 +39,8 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
 
 // A run of consecutive tiles of the payload for DecodeBandWalk: from element `from_elem` (a tile
 // start) of segment `from_seg` through segment `seg_end` - 1, of which only the elements before
-// `end_elem` (when smaller than its size). The serial walk is one part covering everything; two
-// threads each walk one part.
+// `end_elem` (when smaller than its size): one part of the payload (band_context.h), with
+// ordinals counted from its start.
 struct WalkPart {
   size_t from_seg = 0, seg_end = 0;
   uint64_t from_elem = 0, end_elem = ~uint64_t{0};
@@ -61,11 +61,6 @@ struct WalkPart {
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
                     std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled);
-
-// Each band's population among the elements before element `end_elem` (a tile start) of segment
-// `seg`: all of the segments before it and the first end_elem elements of seg.
-void CountBandPopulations(std::span<const ContextSegment> segs, const ContextBands& bands, size_t seg, uint64_t end_elem,
-                          BandWords* population);
 
 // For tests: the band rows the walks build for elements [tile, tile + tn) of `seg` (tile a
 // multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. rows:
@@ -93,25 +88,6 @@ inline std::vector<uint64_t>& ScratchWords(uint64_t n) {
   thread_local std::vector<uint64_t> scratch;
   if (scratch.size() < n) scratch.resize(n);
   return scratch;
-}
-
-// Where two threads split a walk: the first part is the elements before element `elem` (a tile
-// start) of segment `seg`, the second the rest.
-struct WalkSplit {
-  bool use = false;
-  size_t seg = 0;
-  uint64_t elem = 0;
-};
-
-// The split at the tile start nearest below half of the segments' `total_elements` elements.
-inline WalkSplit HalfwayTileSplit(std::span<const ContextSegment> segs, uint64_t total_elements) {
-  uint64_t before = 0;  // elements of the segments before s
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const uint64_t n = segs[s].elements();
-    if (before + n > total_elements / 2) return {true, s, (total_elements / 2 - before) / kMaskTileElements * kMaskTileElements};
-    before += n;
-  }
-  return {};
 }
 
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.

@@ -1,7 +1,8 @@
-// Codec tests, part 7: banded context mode (mode 2, docs/format.md §2.7) on hostile input. Every
-// truncation and bit flip is refused; re-signed band tables that break a rule of the format are
-// kCorrupt; random edits are refused or decode well formed; hand-built codes written from the
-// format description decode, and the encoder's fit of a small case is pinned.
+// Codec tests, part 7: banded context modes (modes 2 and 3, docs/format.md §2.7-2.8) on hostile
+// input. Every truncation and bit flip is refused; re-signed band tables and part fields that
+// break a rule of the format are kCorrupt; random edits are refused or decode well formed;
+// hand-built codes written from the format description decode, and the encoder's fit of a small
+// case is pinned.
 #include "codec/context_test_support.h"
 
 namespace dcr {
@@ -10,17 +11,18 @@ namespace {
 TEST(BandHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
   for (double density : {0.02, 1.0}) {
     ContextPayload c(density, 2000);
-    ASSERT_EQ(ModeOf(c.p), CodecMode::kContextBands);
+    ASSERT_EQ(ModeOf(c.p), CodecMode::kContextParts);
     ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, c.p)) << "density " << density;
   }
 }
 
 // A BF16 payload whose changes depend on the old exponent as in training (small magnitudes change
-// more often), so the encoder fits several bands; plus an F32 segment.
+// more often), so the encoder fits several bands; plus an F32 segment. In `parts` parts (1, or
+// several with parts of 4096 elements: n must allow them).
 struct ExponentPayload {
   World w;
   std::vector<uint8_t> p;
-  explicit ExponentPayload(uint64_t n) {
+  explicit ExponentPayload(uint64_t n, uint64_t part_elements = kDefaultBandPartElements) {
     std::mt19937_64 rng(7);
     auto by_exponent = [](uint64_t v) {
       const uint64_t e = (v >> 7) & 0xff;
@@ -28,13 +30,15 @@ struct ExponentPayload {
     };
     w.Add(1, DType::kBF16, n, rng, 0, n, by_exponent);
     w.Add(2, DType::kF32, 400, rng, 0, 400, 0.05);
-    p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, n}, {2, DType::kF32, ValueKind::kXor, 0, 400}},
-                 With(Context::kAlways));
+    EncodeOptions o = With(Context::kAlways);
+    o.band_part_elements = part_elements;
+    p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, n}, {2, DType::kF32, ValueKind::kXor, 0, 400}}, o);
   }
 };
 
-// The parts of a banded location code: band count, thresholds, per band (count, Rice parameter
-// when the count is not 0), then the Rice bit stream.
+// The fields of a mode-3 location code: band count, thresholds, part count, per part and band
+// (count, Rice parameter when the count is not 0), the stream lengths of all parts but the last,
+// then the bit streams (`bits`, all parts' back to back).
 struct BandCode {
   struct Band {
     uint64_t count;
@@ -42,7 +46,9 @@ struct BandCode {
   };
   uint8_t k = 0;
   std::vector<uint8_t> thresholds;
-  std::vector<Band> bands;
+  uint8_t part_count = 0;
+  std::vector<std::vector<Band>> parts;
+  std::vector<uint64_t> lengths;
   std::vector<uint8_t> bits;
 
   static BandCode Parse(std::span<const uint8_t> raw) {
@@ -51,14 +57,19 @@ struct BandCode {
     EXPECT_TRUE(r.ReadByte(&c.k));
     c.thresholds.resize(c.k - 1u);
     for (uint8_t& t : c.thresholds) EXPECT_TRUE(r.ReadByte(&t));
-    for (int b = 0; b < c.k; ++b) {
-      Band band{0, 0};
-      EXPECT_TRUE(r.ReadVarint(&band.count));
-      if (band.count > 0) {
-        EXPECT_TRUE(r.ReadByte(&band.rice));
+    EXPECT_TRUE(r.ReadByte(&c.part_count));
+    c.parts.resize(c.part_count);
+    for (auto& part : c.parts)
+      for (int b = 0; b < c.k; ++b) {
+        Band band{0, 0};
+        EXPECT_TRUE(r.ReadVarint(&band.count));
+        if (band.count > 0) {
+          EXPECT_TRUE(r.ReadByte(&band.rice));
+        }
+        part.push_back(band);
       }
-      c.bands.push_back(band);
-    }
+    c.lengths.resize(c.part_count - 1u);
+    for (uint64_t& l : c.lengths) EXPECT_TRUE(r.ReadVarint(&l));
     auto rest = r.Rest();
     c.bits.assign(rest.begin(), rest.end());
     return c;
@@ -66,10 +77,13 @@ struct BandCode {
   std::vector<uint8_t> Bytes() const {
     std::vector<uint8_t> out = {k};
     out.insert(out.end(), thresholds.begin(), thresholds.end());
-    for (const Band& b : bands) {
-      PutVarint(out, b.count);
-      if (b.count > 0) out.push_back(b.rice);
-    }
+    out.push_back(part_count);
+    for (const auto& part : parts)
+      for (const Band& b : part) {
+        PutVarint(out, b.count);
+        if (b.count > 0) out.push_back(b.rice);
+      }
+    for (uint64_t l : lengths) PutVarint(out, l);
     out.insert(out.end(), bits.begin(), bits.end());
     return out;
   }
@@ -77,7 +91,7 @@ struct BandCode {
 
 TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
   const ExponentPayload c(20000);
-  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextBands);
+  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextParts);
   const auto raw = LocationSection(c.p);
   const BandCode code = BandCode::Parse(raw);
   ASSERT_GE(code.k, 3) << "the fit should use several bands on exponent-dependent changes";
@@ -105,20 +119,26 @@ TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
   std::swap(k.thresholds[0], k.thresholds[1]);
   EXPECT_EQ(decode(k), kC) << "descending thresholds";
   // Counts that do not add up to the payload's changes.
-  for (size_t i = 0; i < code.bands.size(); ++i) {
-    if (code.bands[i].count == 0) continue;
-    for (uint64_t count : {code.bands[i].count + 1, code.bands[i].count - 1, uint64_t{1} << 40, UINT64_MAX}) {
+  for (size_t i = 0; i < code.parts[0].size(); ++i) {
+    if (code.parts[0][i].count == 0) continue;
+    for (uint64_t count : {code.parts[0][i].count + 1, code.parts[0][i].count - 1, uint64_t{1} << 40, UINT64_MAX}) {
       k = code;
-      k.bands[i].count = count;
+      k.parts[0][i].count = count;
       EXPECT_EQ(decode(k), kC) << "band " << i << " count " << count;
     }
   }
   // Rice parameters over 30.
   for (uint8_t rice : {31, 32, 63, 255}) {
     k = code;
-    for (auto& b : k.bands)
+    for (auto& b : k.parts[0])
       if (b.count > 0) b.rice = rice;
     EXPECT_EQ(decode(k), kC) << "rice " << int{rice};
+  }
+  // One part only fits this payload (20400 elements, parts of 4096 or more); none is no code.
+  for (uint8_t parts : {0, 5, 8, 9, 255}) {
+    k = code;
+    k.part_count = parts;
+    EXPECT_EQ(decode(k), kC) << "part count " << int{parts};
   }
   ExpectDamagedBitStreamsCorrupt(code, raw, decode, decode_raw);
   // Thresholds moved: the same counts and bits against other bands either misplace the ordinals
@@ -141,6 +161,77 @@ TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
   }
 }
 
+// A payload in 8 parts (40,400 elements, parts of 4096 or more): the part fields. A stream length
+// one byte off leaves a part a byte short (truncated) or a byte over (trailing bytes); lengths
+// past the section, and part counts the elements cannot hold, are corrupt. Moving one change
+// from a part to the next (the sums unchanged) is refused or decodes well formed: the re-signed
+// payload is another valid code.
+TEST(BandHostile, ResignedBadPartFieldsAreCorrupt) {
+  const ExponentPayload c(40000, 4096);
+  const auto raw = LocationSection(c.p);
+  const BandCode code = BandCode::Parse(raw);
+  ASSERT_EQ(code.part_count, 8);
+  ASSERT_EQ(code.Bytes(), raw);
+  const auto kC = StatusCode::kCorrupt;
+  auto decode = [&](const BandCode& k) { return DecodeWith(c.w, WithLocationSection(c.p, k.Bytes())); };
+  ASSERT_EQ(decode(code), StatusCode::kOk);
+  for (size_t i = 0; i < code.lengths.size(); ++i) {
+    ASSERT_GT(code.lengths[i], 0u);
+    for (uint64_t length : {code.lengths[i] - 1, code.lengths[i] + 1, uint64_t{1} << 40, UINT64_MAX}) {
+      BandCode k = code;
+      k.lengths[i] = length;
+      EXPECT_EQ(decode(k), kC) << "part " << i << " stream length " << length;
+    }
+  }
+  for (uint8_t parts : {0, 9, 16, 255}) {
+    BandCode k = code;
+    k.part_count = parts;
+    EXPECT_EQ(decode(k), kC) << "part count " << int{parts};
+  }
+  PayloadLayout layout;
+  ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
+  int refused = 0;
+  for (size_t i = 0; i + 1 < code.parts.size(); ++i)
+    for (size_t b = 0; b < code.parts[i].size(); ++b) {
+      if (code.parts[i][b].count == 0 || code.parts[i + 1][b].count == 0) continue;
+      BandCode k = code;
+      --k.parts[i][b].count;
+      ++k.parts[i + 1][b].count;
+      DecodedPayload d;
+      Status s = DecodePayload(WithLocationSection(c.p, k.Bytes()), &d, c.w.Lookup());
+      if (s.ok()) {
+        ExpectWellFormed(d, layout);
+      } else {
+        EXPECT_EQ(s.code(), kC) << s.ToString();
+        ++refused;
+      }
+    }
+  EXPECT_GT(refused, 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectRandomLocationEditsCorruptOrWellFormed(c.w, c.p, 12, 80, &refused));
+  EXPECT_GT(refused, 2000);
+}
+
+// Mode 2 (one part, no part fields; read, no longer written) is mode 3's one-part code without
+// the part count byte: such a payload decodes to the same changes, and its truncations and bit
+// flips are corrupt.
+TEST(BandHostile, ModeTwoPayloadsDecodeLikeOnePartModeThree) {
+  const ExponentPayload c(3000);
+  auto loc = LocationSection(c.p);
+  const BandCode code = BandCode::Parse(loc);
+  ASSERT_EQ(code.part_count, 1);
+  loc.erase(loc.begin() + code.k);
+  std::vector<uint8_t> q = WithLocationSection(c.p, loc);
+  q[kMode] = static_cast<uint8_t>(CodecMode::kContextBands);
+  Resign(q);
+  DecodedPayload a, b;
+  ASSERT_TRUE(DecodePayload(c.p, &a, c.w.Lookup()).ok());
+  const Status s = DecodePayload(q, &b, c.w.Lookup(), 2);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(b.mode, CodecMode::kContextBands);
+  ExpectSameSegments(a, b, "mode 2");
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, q));
+}
+
 TEST(BandHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
   const ExponentPayload c(3000);
   int refused = 0;
@@ -150,14 +241,22 @@ TEST(BandHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
 
 TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
   const auto kC = StatusCode::kCorrupt;
-  const CodecMode kBands = CodecMode::kContextBands;
+  // The codes below are mode 2's (§2.7); each also decodes as mode 3 with the part count byte (1)
+  // after the thresholds. A code too short for that byte is given to mode 3 as is.
+  for (const CodecMode kBands : {CodecMode::kContextBands, CodecMode::kContextParts}) {
+  SCOPED_TRACE("mode " + std::to_string(static_cast<int>(kBands)));
+  auto in_mode = [&](std::vector<uint8_t> loc) {
+    if (kBands == CodecMode::kContextParts && !loc.empty() && loc[0] >= 1 && loc.size() >= loc[0])
+      loc.insert(loc.begin() + loc[0], 1);
+    return loc;
+  };
   // U8 (class 0 only): one band, one change at 5: k 1, count 1, rice 0, gap 5 = 11111 0.
   std::vector<uint8_t> u8_base(16, 9);
   BaseLookup u8_lookup = [&](const SegmentSpec&) -> Result<std::span<const uint8_t>> { return std::span<const uint8_t>(u8_base); };
   const auto u8_table = Seg(DType::kU8, ValueKind::kXor, 0, 0, 16, 1);
   auto u8 = [&](const std::vector<uint8_t>& loc) {
     DecodedPayload d;
-    Status s = DecodePayload(CraftContext(kBands, 1, u8_table, loc, {0x42}), &d, u8_lookup);
+    Status s = DecodePayload(CraftContext(kBands, 1, u8_table, in_mode(loc), {0x42}), &d, u8_lookup);
     if (s.ok()) {
       EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
       return d.segments[0].changes.positions.empty() ? int64_t{-1} : int64_t{d.segments[0].changes.positions[0]};
@@ -192,7 +291,7 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     return std::span<const uint8_t>(bf16_base);
   };
   const auto bf16_table = Seg(DType::kBF16, ValueKind::kOverwrite, 7, 100, 16, 2);
-  const std::vector<uint8_t> loc = {2, 0x80, 1, 0, 1, 0, 0b0011};
+  const std::vector<uint8_t> loc = in_mode({2, 0x80, 1, 0, 1, 0, 0b0011});
   DecodedPayload d;
   Status s = DecodePayload(CraftContext(kBands, 1, bf16_table, loc, {0x11, 0x22, 0x33, 0x44}), &d, bf16_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -220,8 +319,8 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     b.AddDiff({7, DType::kBF16, ValueKind::kOverwrite, 100, 16}, bf16_base, next);
     std::vector<uint8_t> p;
     b.Finish(kIdentity, &p);
-    EXPECT_EQ(ModeOf(p), kBands);
-    EXPECT_EQ(LocationSection(p), (std::vector<uint8_t>{1, 2, 1, 0b00110}));
+    EXPECT_EQ(ModeOf(p), CodecMode::kContextParts);
+    EXPECT_EQ(LocationSection(p), (std::vector<uint8_t>{1, 1, 2, 1, 0b00110}));
     DecodedPayload e;
     ASSERT_TRUE(DecodePayload(p, &e, bf16_lookup).ok());
     EXPECT_EQ(e.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
@@ -234,12 +333,36 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     return std::span<const uint8_t>(sp.tensor_index == 0 ? a : b);
   };
   const auto two_table = Cat(Seg(DType::kU8, ValueKind::kXor, 0, 0, 8, 1), Seg(DType::kI16, ValueKind::kXor, 1, 0, 2, 1));
-  s = DecodePayload(CraftContext(kBands, 2, two_table, {1, 2, 0, 0b11110111, 0b0}, {5, 6, 7}), &d, two_lookup);
+  s = DecodePayload(CraftContext(kBands, 2, two_table, in_mode({1, 2, 0, 0b11110111, 0b0}), {5, 6, 7}), &d, two_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{3}));
   EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0}));
   // Both changes placed in the first segment: more than its table entry allows.
-  EXPECT_EQ(DecodePayload(CraftContext(kBands, 2, two_table, {1, 2, 0, 0b00000111}, {5, 6, 7}), &d, two_lookup).code(), kC);
+  EXPECT_EQ(DecodePayload(CraftContext(kBands, 2, two_table, in_mode({1, 2, 0, 0b00000111}), {5, 6, 7}), &d, two_lookup).code(), kC);
+  }
+
+  // Mode 3 in two parts: U8, 8192 elements, so part 1 starts at element 4096. Changes at 5
+  // (part 0, gap 5 = 11111 0) and 4103 (part 1, ordinal 7 from the part's start: 1111111 0).
+  // Fields: k 1, parts 2, (count 1, rice 0) per part, part 0's stream length 1, the streams.
+  DecodedPayload d;
+  Status s;
+  std::vector<uint8_t> big(8192, 3);
+  BaseLookup big_lookup = [&](const SegmentSpec&) -> Result<std::span<const uint8_t>> { return std::span<const uint8_t>(big); };
+  const auto big_table = Seg(DType::kU8, ValueKind::kXor, 0, 0, 8192, 2);
+  auto two_parts = [&](const std::vector<uint8_t>& loc) {
+    return DecodePayload(CraftContext(CodecMode::kContextParts, 1, big_table, loc, {1, 2}), &d, big_lookup);
+  };
+  s = two_parts({1, 2, 1, 0, 1, 0, 1, 0x1f, 0x7f});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 4103}));
+  EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 2, 0x1f, 0x7f}).code(), kC);     // part 0's stream a byte long
+  EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 12, 1, 0x1f, 0x01, 0x00}).code(), kC);  // gap 4096 (rice 12: 1 0 | 0...0) of 4096
+  // Both changes in part 0 (gaps 5, 6: ordinals 5, 12); part 1 has none and an empty stream.
+  s = two_parts({1, 2, 2, 0, 0, 2, 0xdf, 0x0f});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 12}));
+  EXPECT_EQ(two_parts({1, 2, 2, 0, 0, 2, 0xdf, 0x0f, 0x00}).code(), kC);  // a byte in part 1's stream
+  EXPECT_EQ(two_parts({1, 3, 1, 0, 1, 0, 0, 1, 0x1f, 0x7f}).code(), kC);  // 3 parts need 12288 elements
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Codec tests, part 5b: context mode with a second thread. DecodePayload decodes the value
-// section beside the locations and splits the banded walk over the old bits; the encoder splits
-// the band fit's counts and its walk, and the value section's counts and symbols. Whichever
-// thread does which part, the changes, errors and bytes are those of one thread.
+// section beside the locations and the banded code's parts on both threads; the encoder splits
+// the band fit's counts, the parts, and the value section's counts and symbols. Whichever thread
+// does which part, the changes, errors and bytes are those of one thread.
 #include "codec/band_context.h"
 #include "codec/context_test_support.h"
 #include "codec/value_coding.h"
@@ -55,18 +55,19 @@ TEST(ConcurrentDecode, TwoThreadsGiveTheSameChangesAndTheSameErrorsAsOne) {
   }
 }
 
-// Payloads whose walks two threads split (at least kSplitWalkMinElements elements): inside the
-// first segment, inside a later one and on a segment boundary, with few and many changes.
+// Payloads in parts (several per payload with small band_part_elements): part boundaries inside
+// the first segment, inside a later one and on or near a segment boundary, with few and many
+// changes.
 struct SplitSeg {
   DType dtype;
   uint64_t n;
   double density;
 };
 const std::vector<std::vector<SplitSeg>> kSplitLayouts = {
-    {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},                             // split in segment 1
-    {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},                           // on the boundary
-    {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},  // segment 1 of 3
-    {{DType::kBF16, 280000, 0.2}}};                                                          // one segment
+    {{DType::kBF16, 100000, 0.01}, {DType::kF32, 200000, 0.05}},
+    {{DType::kBF16, 131072, 0.004}, {DType::kBF16, 131072, 0.02}},
+    {{DType::kF16, 20000, 0.1}, {DType::kBF16, 250000, 0.002}, {DType::kBF16, 30000, 0.3}},
+    {{DType::kBF16, 280000, 0.2}}};
 
 World SplitWorld(const std::vector<SplitSeg>& layout, std::mt19937_64& rng, std::vector<SegmentSpec>* specs) {
   World w;
@@ -78,63 +79,77 @@ World SplitWorld(const std::vector<SplitSeg>& layout, std::mt19937_64& rng, std:
   return w;
 }
 
-// The body of the test below, for one setting of SetSecondPartWalkerForTests.
-void ExpectSplitWalksAgree(SecondPartWalker walker) {
-  std::mt19937_64 rng(77);
-  for (size_t l = 0; l < kSplitLayouts.size(); ++l) {
-    std::vector<SegmentSpec> specs;
-    const World w = SplitWorld(kSplitLayouts[l], rng, &specs);
-    const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
-    const std::string what = "layout " + std::to_string(l);
-    const BandWalkSplitCounts before = GetBandWalkSplitCounts();
-    DecodedPayload one, two;
-    ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
-    ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
-    const BandWalkSplitCounts after = GetBandWalkSplitCounts();
-    // Only a second part walked as a helper walks it counts as a split.
-    if (walker == SecondPartWalker::kHelperPath) {
-      EXPECT_EQ(after.splits, before.splits + 1) << what;
-    } else if (walker == SecondPartWalker::kCallerWalksOn) {
-      EXPECT_EQ(after.splits, before.splits) << what;
-    }
-    EXPECT_EQ(after.fallbacks, before.fallbacks) << what << ": a valid payload's parts must agree";
-    ExpectSameSegments(one, two, what);
-    ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
-
-    PayloadLayout layout;
-    ASSERT_TRUE(ParsePayload(p, &layout).ok());
-    const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
-    for (int i = 0; i < 30; ++i) {
-      std::vector<uint8_t> q = p;
-      q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
-      Resign(q);
-      DecodedPayload a, b;
-      const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
-      ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
-      ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
-      if (sa.ok()) ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
-    }
-  }
+EncodeOptions InParts(Context mode, uint64_t part_elements) {
+  EncodeOptions o = With(mode);
+  o.band_part_elements = part_elements;
+  return o;
 }
 
-// The context decoder's O(dense) walk split between two threads, at a point inside the first
-// segment, inside a later one and on a segment boundary, with few and many changes: the same
-// changes as one thread, and under damage to the location section the same status and message.
-// Valid payloads must not need the one-thread retry. Run for each thread that may walk the
-// second part, and as the decoder chooses.
-TEST(ConcurrentDecode, TheContextWalkSplitAnywhereGivesTheSameChangesAndErrorsAsOne) {
+// The number of parts of a mode-3 payload (its location section's byte after the thresholds).
+size_t PartsOf(const std::vector<uint8_t>& p) {
+  const std::vector<uint8_t> loc = LocationSection(p);
+  return loc.at(loc.at(0));
+}
+
+// The body of the test below, for one setting of SetSecondPartWalkerForTests.
+void ExpectPartsAgree(SecondPartWalker walker) {
+  std::mt19937_64 rng(77);
+  for (size_t l = 0; l < kSplitLayouts.size(); ++l)
+    for (uint64_t part_elements : {120000, 60000, 20000}) {
+      std::vector<SegmentSpec> specs;
+      const World w = SplitWorld(kSplitLayouts[l], rng, &specs);
+      const std::vector<uint8_t> p = w.Encode(specs, InParts(Context::kAlways, part_elements));
+      const std::string what = "layout " + std::to_string(l) + ", parts of " + std::to_string(part_elements);
+      ASSERT_EQ(ModeOf(p), CodecMode::kContextParts) << what;
+      const size_t parts = PartsOf(p);
+      EXPECT_EQ(parts, part_elements == 120000 ? 2u : part_elements == 60000 ? 4u : 8u) << what;
+      const uint64_t before = GetBandPartsDecodedByHelper();
+      DecodedPayload one, two;
+      ASSERT_TRUE(DecodePayload(p, &one, w.Lookup(), 1).ok()) << what;
+      EXPECT_EQ(GetBandPartsDecodedByHelper(), before) << what;
+      ASSERT_TRUE(DecodePayload(p, &two, w.Lookup(), 2).ok()) << what;
+      const uint64_t by_helper = GetBandPartsDecodedByHelper() - before;
+      if (walker == SecondPartWalker::kHelperPath) {
+        EXPECT_EQ(by_helper, parts - 1) << what;
+      } else if (walker == SecondPartWalker::kCallerWalksOn) {
+        EXPECT_EQ(by_helper, 0u) << what;
+      }
+      ExpectSameSegments(one, two, what);
+      ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, what));
+
+      PayloadLayout layout;
+      ASSERT_TRUE(ParsePayload(p, &layout).ok());
+      const size_t loc_at = static_cast<size_t>(layout.loc_stored.data() - p.data());
+      for (int i = 0; i < 30; ++i) {
+        std::vector<uint8_t> q = p;
+        q[loc_at + rng() % layout.loc_stored.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+        Resign(q);
+        DecodedPayload a, b;
+        const Status sa = DecodePayload(q, &a, w.Lookup(), 1), sb = DecodePayload(q, &b, w.Lookup(), 2);
+        ASSERT_EQ(sa.code(), sb.code()) << what << " edit " << i << ": " << sa.ToString() << " / " << sb.ToString();
+        ASSERT_EQ(sa.message(), sb.message()) << what << " edit " << i;
+        if (sa.ok()) ExpectSameSegments(a, b, what + " edit " + std::to_string(i));
+      }
+    }
+}
+
+// The context decoder's parts on two threads (2, 4 and 8 parts; boundaries inside the first
+// segment, inside a later one and on a segment boundary; few and many changes): the same changes
+// as one thread, and under damage to the location section the same status and message. Run for
+// each way of sharing the parts, and as the decoder chooses.
+TEST(ConcurrentDecode, PartsOnTwoThreadsGiveTheSameChangesAndErrorsAsOne) {
   for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
     SCOPED_TRACE("second part walker " + std::to_string(static_cast<int>(walker)));
     SetSecondPartWalkerForTests(walker);
-    ExpectSplitWalksAgree(walker);
+    ExpectPartsAgree(walker);
     SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   }
 }
 
-// The context encoder's walk split between two threads (each layout above; and one band's
-// changes all before the split, another's all after it): the bytes of one thread, whichever
-// thread walks the second part, for both context choices.
-TEST(ConcurrentEncode, TheContextWalkSplitAnywhereGivesTheBytesOfOneThread) {
+// The context encoder on two threads (each layout above in 1, 2 and 8 parts; and one band's
+// changes all in the first half, another's all in the second): the bytes of one thread,
+// whichever thread codes which part, for both context choices.
+TEST(ConcurrentEncode, PartsOnTwoThreadsGiveTheBytesOfOneThread) {
   std::mt19937_64 rng(79);
   std::vector<std::pair<World, std::vector<SegmentSpec>>> worlds;
   for (const auto& layout : kSplitLayouts) {
@@ -151,24 +166,27 @@ TEST(ConcurrentEncode, TheContextWalkSplitAnywhereGivesTheBytesOfOneThread) {
   for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
     SetSecondPartWalkerForTests(walker);
     for (size_t i = 0; i < worlds.size(); ++i)
-      for (Context mode : {Context::kAlways, Context::kWhenSmaller}) {
-        const auto& [world, specs] = worlds[i];
-        // Two threads first: per-thread buffers then hold another payload's gaps, not these.
-        const std::vector<uint8_t> two = world.Encode(specs, With(mode), nullptr, 2), one = world.Encode(specs, With(mode));
-        EXPECT_EQ(one, two) << "walker " << static_cast<int>(walker) << " payload " << i << " mode " << static_cast<int>(mode);
-        DecodedPayload d;
-        ASSERT_TRUE(DecodePayload(two, &d, world.Lookup(), 1).ok()) << i;
-        ASSERT_NO_FATAL_FAILURE(world.ExpectApplies(d, "payload " + std::to_string(i)));
-      }
+      for (uint64_t part_elements : {kDefaultBandPartElements, uint64_t{120000}, uint64_t{20000}})
+        for (Context mode : {Context::kAlways, Context::kWhenSmaller}) {
+          const auto& [world, specs] = worlds[i];
+          const std::string what = "walker " + std::to_string(static_cast<int>(walker)) + " payload " + std::to_string(i) +
+                                   " parts of " + std::to_string(part_elements) + " mode " +
+                                   std::to_string(static_cast<int>(mode));
+          // Two threads first: per-thread buffers then hold another payload's gaps, not these.
+          const std::vector<uint8_t> two = world.Encode(specs, InParts(mode, part_elements), nullptr, 2),
+                                     one = world.Encode(specs, InParts(mode, part_elements));
+          EXPECT_EQ(one, two) << what;
+          DecodedPayload d;
+          ASSERT_TRUE(DecodePayload(two, &d, world.Lookup(), 1).ok()) << what;
+          ASSERT_NO_FATAL_FAILURE(world.ExpectApplies(d, what));
+        }
   }
   SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
 }
 
-// A band whose changes all lie before the split: the first part stops counting it once they are
-// placed, and the helper's second part must still be accepted (no one-thread retry). Here the
-// larger-magnitude elements (their own band) change only in the first half of the first segment;
-// the split is at the start of the second.
-TEST(ConcurrentDecode, ABandWhoseChangesAllLieBeforeTheSplitNeedsNoRetry) {
+// A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice
+// parameter), and every part decodes, on either thread.
+TEST(ConcurrentDecode, ABandWithoutChangesInAPartDecodes) {
   std::mt19937_64 rng(78);
   World w;
   auto exponent = [](uint64_t bits) { return (bits >> 7) & 0xff; };
@@ -176,18 +194,19 @@ TEST(ConcurrentDecode, ABandWhoseChangesAllLieBeforeTheSplitNeedsNoRetry) {
   w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [&](uint64_t old) { return exponent(old) >= 121 ? 0.0 : 0.03; });
   const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 150000},
                                           {2, DType::kBF16, ValueKind::kXor, 0, 150000}};
-  const std::vector<uint8_t> p = w.Encode(specs, With(Context::kAlways));
+  const std::vector<uint8_t> p = w.Encode(specs, InParts(Context::kAlways, 150000));
+  ASSERT_EQ(PartsOf(p), 2u);
   SetSecondPartWalkerForTests(SecondPartWalker::kHelperPath);
-  const BandWalkSplitCounts before = GetBandWalkSplitCounts();
+  const uint64_t before = GetBandPartsDecodedByHelper();
   DecodedPayload one, two;
   const Status s1 = DecodePayload(p, &one, w.Lookup(), 1), s2 = DecodePayload(p, &two, w.Lookup(), 2);
-  const BandWalkSplitCounts after = GetBandWalkSplitCounts();
+  const uint64_t after = GetBandPartsDecodedByHelper();
   SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   ASSERT_TRUE(s1.ok()) << s1.ToString();
   ASSERT_TRUE(s2.ok()) << s2.ToString();
-  EXPECT_EQ(after.splits, before.splits + 1);
-  EXPECT_EQ(after.fallbacks, before.fallbacks);
-  ExpectSameSegments(one, two, "band exhausted before the split");
+  EXPECT_EQ(after, before + 1);
+  ExpectSameSegments(one, two, "band without changes in a part");
+  ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(two, "band without changes in a part"));
 }
 
 // The value section on two threads (each half's symbol counts and bit stream, the second

@@ -248,7 +248,7 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
     }
     EncodeBandedLocations(segs, positions, &code);
   }
-  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextBands : CodecMode::kPlain;
+  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextParts : CodecMode::kPlain;
   EXPECT_EQ(ModeOf(ctx), want) << what << ": context code " << code.size() << " bytes";
   if (want == CodecMode::kPlain) {
     EXPECT_EQ(ctx, plain) << what;
@@ -271,7 +271,7 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   EXPECT_TRUE(DecodePayload(plain, &dpb, w.Lookup()).ok());
   ExpectSameSegments(dp, dpb, what + " (plain with base)");
   // Without the old bits a context payload cannot be decoded.
-  if (want == CodecMode::kContextBands) {
+  if (want == CodecMode::kContextParts) {
     DecodedPayload none;
     EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
   }

@@ -94,7 +94,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     });
     const bool plain_possible = options_.context != EncodeOptions::Context::kAlways;
     context_raw_.clear();
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, threads, also, plain_possible ? &plain_bound : nullptr);
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also, plain_possible ? &plain_bound : nullptr);
     if (plain_possible) (void)plain_bound.RunIfUnclaimed();
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
@@ -111,7 +111,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     };
     if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
       loc_raw_.swap(context_raw_);
-      return CodecMode::kContextBands;
+      return CodecMode::kContextParts;
     }
     for (size_t i = 0; i < context_segments_.size(); ++i)
       EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
@@ -136,10 +136,10 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // The sections are independent: where the location code is still to be made (context mode
   // possible), a second thread codes the values into their own buffer meanwhile, and may walk
   // half of the old bits for the banded code; with fewer than kConcurrentSectionsMinChanges
-  // changes, only where the banded walk splits (the helper is at work then anyway). A plain-only
+  // changes, only where the banded code uses the helper anyway (EncodeUsesHelper). A plain-only
   // code was made segment by segment in AddChanges, and nothing here would overlap the values.
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
-                            (changed_ >= kConcurrentSectionsMinChanges || EncodeSplitsWalk(context_segments_, threads));
+                            (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
   values_.clear();
   ClaimableTask values_task([&] {
     val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
@@ -203,7 +203,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (version != kPayloadFormatVersion)
     return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +
                        std::to_string(kPayloadFormatVersion) + ")");
-  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextBands)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
+  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextParts)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
   const int block_log2 = h[kOffBlockLog2];
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
   if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffman))
@@ -300,8 +300,8 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
 // calling thread claims it first; the caller runs it afterwards if it is still unclaimed.
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
                        std::span<std::vector<uint32_t>* const> position_outs, int threads, ClaimableTask* also) {
-  if (layout.mode == CodecMode::kContextBands)
-    return DecodeBandedLocations(in.loc, in.segs, layout.changed, position_outs, threads, also)
+  if (layout.mode == CodecMode::kContextBands || layout.mode == CodecMode::kContextParts)
+    return DecodeBandedLocations(in.loc, layout.mode == CodecMode::kContextParts, in.segs, layout.changed, position_outs, threads, also)
         .WithContext("payload location section");
   if (also != nullptr)
     return OfferClaimable(*also, [&] { return DecodeLocations(layout, in, position_outs, threads, nullptr); });

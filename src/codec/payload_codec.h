@@ -38,7 +38,8 @@ inline constexpr uint64_t kMaxSegmentElements = UINT32_MAX;
 enum class CodecMode : uint8_t {
   kPlain = 0,    // decoding needs no old bits (applying an XOR does)
   kContext = 1,       // per exponent value (context_coding.h); read, no longer written
-  kContextBands = 2,  // per fitted exponent band (band_context.h): decoding reads the old bits
+  kContextBands = 2,  // per fitted exponent band in one part (band_context.h); read, no longer written
+  kContextParts = 3,  // per fitted exponent band, in parts (band_context.h): decoding reads the old bits
 };
 // Whether decoding a payload of this mode needs the receiver's old bits.
 inline bool NeedsOldBits(CodecMode m) { return m != CodecMode::kPlain; }
@@ -65,6 +66,8 @@ struct EncodeOptions {
   // Context mode needs the receiver to hold the old bits to decode (it always does to apply);
   // tools without them need plain. kWhenSmaller picks per payload; kAlways is for tests.
   enum class Context { kNever, kWhenSmaller, kAlways } context = Context::kNever;
+  // Context mode: at least this many elements per part of the location code (band_context.h).
+  uint64_t band_part_elements = kDefaultBandPartElements;
 };
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish
@@ -100,7 +103,7 @@ class PayloadBuilder {
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }
   // Appends the payload to `out` (at least one segment required) and resets the builder. With
-  // threads >= 2 and context mode allowed, a second thread may walk half of the old bits for the
+  // threads >= 2 and context mode allowed, a second thread may count and code parts of the
   // banded location code (EncodeBandedLocations) and, with at least
   // kConcurrentSectionsMinChanges changes, code the value section meanwhile; the bytes are the
   // same.

@@ -349,7 +349,7 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
       {"base_tags not hex", [](Json& f) { f["base_tags"] = std::string(f["base_tags"].get<std::string>().size(), 'g'); }, StatusCode::kCorrupt},
       {"base_tags missing", [](Json& f) { f.erase("base_tags"); }, StatusCode::kCorrupt},
       {"format name", [](Json& f) { f["format"] = "other"; }, StatusCode::kCorrupt},
-      {"version 4", [](Json& f) { f["version"] = 4; }, StatusCode::kUnsupported},
+      {"version 5", [](Json& f) { f["version"] = 5; }, StatusCode::kUnsupported},
       {"version 0", [](Json& f) { f["version"] = 0; }, StatusCode::kUnsupported},
       {"version 1 without tags", [](Json& f) { f["version"] = 1; }, StatusCode::kCorrupt},
       {"missing payloads", [](Json& f) { f.erase("payloads"); }, StatusCode::kCorrupt},
@@ -525,7 +525,7 @@ TEST_F(DeltaRefusal, ContextDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
   for (size_t i = 0; i < r->header().payloads.size(); ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(r->PayloadBytes(i), &l).ok());
-    context_payloads += l.mode == CodecMode::kContextBands;
+    context_payloads += l.mode == CodecMode::kContextParts;
   }
   ASSERT_GT(context_payloads, 0u);
   // The target already holds the next bits (a second apply).
@@ -569,18 +569,19 @@ TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingBandCodesAreCorruptAnd
     bytes[e.offset + e.length / 2] ^= 0x10;
     ExpectRefusedUnchanged(bytes, StatusCode::kCorrupt, "flipped byte");
   }
-  // Re-signed context payloads with edited band tables (docs/format.md §2.7: u8 K, K-1
-  // thresholds, per band varint k and (when k > 0) u8 r, then the Rice bits). Changes here do not
-  // depend on the exponent, so the encoder fits one band: [1, k, r, bits...]. Edits of the
-  // thresholds of several bands are covered by codec_band_hostile_test.
+  // Re-signed context payloads with edited band tables (docs/format.md §2.8: u8 K, K-1
+  // thresholds, u8 P, per part and band varint k and (when k > 0) u8 r, the stream lengths, then
+  // the Rice bits). Changes here do not depend on the exponent and the payloads are small, so the
+  // encoder fits one band in one part: [1, 1, k, r, bits...]. Edits of the thresholds of several
+  // bands and of the part fields are covered by codec_band_hostile_test.
   int edited = 0;
   for (size_t i = 0; i < payloads.size() && edited < 6; ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(payloads[i].bytes, &l).ok());
-    if (l.mode != CodecMode::kContextBands) continue;
+    if (l.mode != CodecMode::kContextParts) continue;
     std::vector<uint8_t> raw;
     ASSERT_TRUE(DecompressSection(l.loc_codec, l.loc_stored, l.loc_raw, &raw).ok());
-    if (raw[0] != 1 || raw[1] < 2 || raw[1] >= 127) continue;  // one band; a one-byte count >= 2
+    if (raw[0] != 1 || raw[1] != 1 || raw[2] < 2 || raw[2] >= 127) continue;  // one band, one part; a one-byte count >= 2
     struct Edit {
       const char* what;
       const std::vector<uint8_t>* code;
@@ -589,9 +590,11 @@ TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingBandCodesAreCorruptAnd
     const std::vector<Edit> edits = {
         {"no bands", &raw, [](std::vector<uint8_t>& c) { c[0] = 0; }},
         {"nine bands", &raw, [](std::vector<uint8_t>& c) { c[0] = 9; }},
-        {"band count + 1", &raw, [](std::vector<uint8_t>& c) { c[1] += 1; }},
-        {"band count - 1", &raw, [](std::vector<uint8_t>& c) { c[1] -= 1; }},
-        {"rice 31", &raw, [](std::vector<uint8_t>& c) { c[2] = 31; }},
+        {"no parts", &raw, [](std::vector<uint8_t>& c) { c[1] = 0; }},
+        {"nine parts", &raw, [](std::vector<uint8_t>& c) { c[1] = 9; }},
+        {"band count + 1", &raw, [](std::vector<uint8_t>& c) { c[2] += 1; }},
+        {"band count - 1", &raw, [](std::vector<uint8_t>& c) { c[2] -= 1; }},
+        {"rice 31", &raw, [](std::vector<uint8_t>& c) { c[3] = 31; }},
         {"trailing byte", &raw, [](std::vector<uint8_t>& c) { c.push_back(0); }},
         {"last byte missing", &raw, [](std::vector<uint8_t>& c) { c.pop_back(); }},
     };
@@ -629,7 +632,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
   for (size_t i = 0; i < payloads.size() && tried < 3; ++i) {
     DecodedPayload d;
     ASSERT_TRUE(DecodePayload(payloads[i].bytes, &d, lookup).ok());
-    if (d.mode != CodecMode::kContextBands) continue;
+    if (d.mode != CodecMode::kContextParts) continue;
     // Move the first change whose next element is unchanged.
     std::vector<std::vector<uint32_t>> positions;
     std::vector<ContextSegment> segs;

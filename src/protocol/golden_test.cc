@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "codec/section_coding.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
 #include "testing/test_files.h"
@@ -21,9 +22,10 @@ fs::path GoldenDir(uint32_t version) { return fs::path(DCR_SOURCE_DIR) / ("testd
 using test::ReadAll;
 using test::TempDir;
 
-// Base and target: every width, special float bits, an empty tensor, a scalar, and a tensor
-// with contiguous, scattered and dense changes (so all three location codes appear).
-void MakeGoldenCheckpoints(const fs::path& dir) {
+// Base and target of format `version`: every width, special float bits, an empty tensor, a
+// scalar, and a tensor with contiguous, scattered and dense changes (so all three location codes
+// appear); from format 4 also a larger tensor for context mode in parts.
+void MakeGoldenCheckpoints(const fs::path& dir, uint32_t version) {
   std::vector<uint16_t> bf16(5000), bf16_new;
   for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint16_t>(0x3c00 + (i * 7919) % 997);
   bf16_new = bf16;
@@ -35,6 +37,13 @@ void MakeGoldenCheckpoints(const fs::path& dir) {
   std::vector<uint64_t> i64 = {1, 2, 3, 0xffffffffffffffffull}, i64_new = {1, 5, 3, 0};
   std::vector<uint8_t> u8 = {0, 1, 2, 3, 4, 5, 6, 7}, u8_new = {0, 1, 9, 3, 4, 5, 6, 8};
   uint16_t scalar = 0x3c00, scalar_new = 0xbc00;
+  // From format 4: 12,288 BF16 elements of varied magnitude, small ones changing more often (as
+  // in training), so that context mode in parts has several bands and parts to pin.
+  std::vector<uint16_t> g(12288), g_new;
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<uint16_t>(((116 + i * 7 % 12) << 7) | (i * 31 % 128));
+  g_new = g;
+  for (size_t i = 0; i < g.size(); ++i)
+    if ((i * 2654435761u >> 7) % 64 < static_cast<size_t>(128 - ((g[i] >> 7) & 0xff)) / 2) g_new[i] ^= 0x1;
   auto bytes = [](const auto& v) {
     return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
   };
@@ -43,7 +52,9 @@ void MakeGoldenCheckpoints(const fs::path& dir) {
       {"a.bf16", DType::kBF16, {50, 100}, bytes(bf16)}, {"b.f32", DType::kF32, {5}, bytes(f32)},
       {"c.i64", DType::kI64, {2, 2}, bytes(i64)},      {"d.u8", DType::kU8, {8}, bytes(u8)},
       {"e.empty", DType::kF16, {0, 4}, {}},            {"f.scalar", DType::kBF16, {}, one(scalar)}};
+  if (version >= 4) base.push_back({"g.bf16", DType::kBF16, {96, 128}, bytes(g)});
   std::vector<TensorToWrite> target = base;
+  if (version >= 4) target[6].data = bytes(g_new);
   target[0].data = bytes(bf16_new);
   target[1].data = bytes(f32_new);
   target[2].data = bytes(i64_new);
@@ -54,6 +65,8 @@ void MakeGoldenCheckpoints(const fs::path& dir) {
 }
 
 constexpr const char* kGoldenDeltas[] = {"xor.dcr", "overwrite.dcr", "context.dcr"};
+// From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3).
+constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
 
 // Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
 // (one tensor split across two), plain XOR, plain overwrite and context mode.
@@ -72,6 +85,11 @@ void WriteGoldenDeltas(const fs::path& from, const fs::path& to) {
     o.encode.block_log2 = 10;
     ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenDeltas[i]).string(), o).ok());
   }
+  DiffOptions o;
+  o.encode.context = Context::kAlways;
+  o.encode.band_part_elements = 4096;
+  o.chunk_bytes = 1 << 20;
+  ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenPartsDelta).string(), o).ok());
 }
 
 // Writes the current version's files (only when a new version is added).
@@ -79,7 +97,7 @@ TEST(Golden, WriteWhenAsked) {
   if (std::getenv("DCR_WRITE_GOLDEN") == nullptr) GTEST_SKIP() << "set DCR_WRITE_GOLDEN=1 to regenerate";
   const fs::path kGolden = GoldenDir(kDeltaFormatVersion);
   fs::create_directories(kGolden);
-  MakeGoldenCheckpoints(kGolden);
+  MakeGoldenCheckpoints(kGolden, kDeltaFormatVersion);
   WriteGoldenDeltas(kGolden, kGolden);
 }
 
@@ -106,12 +124,15 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenDecode,
                                             ::testing::ValuesIn(kGoldenDeltas)));
 
 // context.dcr exercises the context mode its version writes: mode 1 (one class per exponent
-// value) up to format 2, banded mode 2 from format 3, so both decoders stay pinned.
+// value) up to format 2, banded mode 2 in format 3, banded mode 3 from format 4, so every
+// decoder stays pinned.
 TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
   for (uint32_t version = kMinDeltaFormatVersion; version <= kDeltaFormatVersion; ++version) {
     auto delta = DeltaReader::Open((GoldenDir(version) / "context.dcr").string());
     ASSERT_TRUE(delta.ok()) << delta.status().ToString();
-    const CodecMode want = version >= 3 ? CodecMode::kContextBands : CodecMode::kContext;
+    const CodecMode want = version >= 4   ? CodecMode::kContextParts
+                           : version >= 3 ? CodecMode::kContextBands
+                                          : CodecMode::kContext;
     size_t context = 0;
     for (size_t i = 0; i < delta->header().payloads.size(); ++i) {
       PayloadLayout layout;
@@ -125,6 +146,36 @@ TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
   }
 }
 
+// context_parts.dcr (from format 4) is one payload in mode 3 with 4 parts, and takes its base to
+// its target exactly.
+TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
+  for (uint32_t version = 4; version <= kDeltaFormatVersion; ++version) {
+    const fs::path dir = GoldenDir(version);
+    auto delta = DeltaReader::Open((dir / kGoldenPartsDelta).string());
+    ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+    ASSERT_EQ(delta->header().payloads.size(), 1u);
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(delta->PayloadBytes(0), &layout).ok());
+    EXPECT_EQ(layout.mode, CodecMode::kContextParts);
+    std::vector<uint8_t> loc;
+    ASSERT_TRUE(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc).ok());
+    ASSERT_GE(loc.size(), 2u);
+    EXPECT_GE(loc[0], 2) << "bands";
+    EXPECT_EQ(loc.at(loc[0]), 4) << "parts";
+    for (int threads : {1, 2}) {
+      TempDir work("dcr_golden_");
+      fs::copy_file(dir / "base.safetensors", work / "t.safetensors");
+      auto t = Checkpoint::Open(work / "t.safetensors", MappedFile::Mode::kReadWrite);
+      ASSERT_TRUE(t.ok());
+      ApplyOptions o;
+      o.threads = threads;
+      auto st = ApplyDelta(*delta, *t, o);
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+      EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(dir / "target.safetensors")) << threads << " threads";
+    }
+  }
+}
+
 // The current version's encoder still writes its golden files byte for byte (a format change
 // needs a new version).
 TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {
@@ -132,6 +183,7 @@ TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {
   TempDir work("dcr_golden_");
   WriteGoldenDeltas(dir, work.path());
   for (const char* name : kGoldenDeltas) EXPECT_EQ(ReadAll(work / name), ReadAll(dir / name)) << name;
+  EXPECT_EQ(ReadAll(work / kGoldenPartsDelta), ReadAll(dir / kGoldenPartsDelta));
 }
 
 }  // namespace
