@@ -95,8 +95,7 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     thread_local DecodedPayload p;  // reused, as a receiver's decoder thread would
     DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup, per_payload));
-    for (const auto& seg : p.segments) DCR_RETURN_IF_ERROR(ApplySegment(seg, work[seg.spec.tensor_index]));
-    return Status::Ok();
+    return ApplyPayload(p, [&](uint32_t t) { return std::span<uint8_t>(work[t]); }, per_payload);
   }));
   double t = SecondsSince(t0);
   for (size_t i = 0; i < work.size(); ++i)

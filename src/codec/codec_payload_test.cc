@@ -463,6 +463,50 @@ TEST(ApplySegment, RefusesASegmentOutsideTheTensorAndLeavesItUnchanged) {
   EXPECT_EQ(ragged, ragged_before);
 }
 
+// ApplyPayload on one and on two threads (the cut inside a segment and between segments, every
+// width, XOR and overwrite) writes exactly the new bits; a payload with one segment that does
+// not fit its tensor is refused before anything is written, on either thread count.
+TEST(ApplyPayload, TwoThreadsWriteTheBitsOfOneAndABadSegmentWritesNothing) {
+  std::mt19937_64 rng(5);
+  struct Tensor {
+    DType dtype;
+    uint64_t n;
+    double density;
+    ValueKind kind;
+  };
+  const std::vector<Tensor> layout = {{DType::kBF16, 30000, 0.3, ValueKind::kXor},
+                                      {DType::kU8, 5000, 0.5, ValueKind::kOverwrite},
+                                      {DType::kF32, 20000, 0.2, ValueKind::kXor},
+                                      {DType::kI64, 3000, 0.4, ValueKind::kXor}};
+  std::vector<std::vector<uint8_t>> base, next;
+  PayloadBuilder builder;
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const uint32_t w = DTypeWidth(layout[t].dtype);
+    base.emplace_back(layout[t].n * w);
+    for (auto& b : base.back()) b = static_cast<uint8_t>(rng());
+    next.push_back(base.back());
+    for (uint64_t i = 0; i < layout[t].n; ++i)
+      if (std::uniform_real_distribution<double>(0, 1)(rng) < layout[t].density) next.back()[i * w] ^= 1 + rng() % 255;
+    builder.AddDiff({static_cast<uint32_t>(t), layout[t].dtype, layout[t].kind, 0, layout[t].n}, base[t], next[t]);
+  }
+  ASSERT_GE(builder.changed(), 2 * kConcurrentApplyMinChanges);
+  std::vector<uint8_t> p;
+  builder.Finish(kIdentity, &p);
+  DecodedPayload d;
+  ASSERT_TRUE(DecodePayload(p, &d).ok());
+  for (int threads : {1, 2}) {
+    std::vector<std::vector<uint8_t>> work = base;
+    ASSERT_TRUE(ApplyPayload(d, [&](uint32_t t) { return std::span<uint8_t>(work[t]); }, threads).ok());
+    EXPECT_EQ(work, next) << threads << " threads";
+    // The last segment's tensor one element short: refused, nothing written.
+    work = base;
+    work.back().resize(work.back().size() - 8);
+    const std::vector<std::vector<uint8_t>> before = work;
+    EXPECT_EQ(ApplyPayload(d, [&](uint32_t t) { return std::span<uint8_t>(work[t]); }, threads).code(), StatusCode::kCorrupt);
+    EXPECT_EQ(work, before) << threads << " threads";
+  }
+}
+
 TEST(SegmentFits, HandlesRangesNearTheLimitsWithoutOverflow) {
   DecodedSegment s;
   s.spec = {0, DType::kU64, ValueKind::kXor, 10, 5};

@@ -367,22 +367,22 @@ bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {
   return tensor_bytes % w == 0 && seg.spec.start <= tensor_bytes / w && seg.spec.count <= tensor_bytes / w - seg.spec.start;
 }
 
-Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
-  if (!SegmentFits(seg, tensor.size()))
-    return Corrupt("segment [" + std::to_string(seg.spec.start) + ", +" + std::to_string(seg.spec.count) +
-                   ") lies outside a tensor of " + std::to_string(tensor.size()) + " bytes");
+namespace {
+
+// Applies changes [from, to) of `seg`, which fits `tensor` (SegmentFits).
+void ApplyChanges(const DecodedSegment& seg, std::span<uint8_t> tensor, size_t from, size_t to) {
   uint8_t* base = tensor.data() + seg.spec.start * seg.changes.width;
   const uint8_t* vals = seg.changes.values.data();
+  const uint32_t* pos = seg.changes.positions.data();
   const bool is_xor = seg.spec.kind == ValueKind::kXor;
   // Changes are scattered over the tensor: each step prefetches the element kAhead changes on,
   // so the cache misses of a large tensor overlap instead of being taken one at a time.
   constexpr size_t kAhead = 32;
-  const size_t n = seg.changes.size();
   auto apply = [&](auto zero) {
     using U = decltype(zero);
-    for (size_t k = 0; k < n; ++k) {
-      if (k + kAhead < n) __builtin_prefetch(base + uint64_t{seg.changes.positions[k + kAhead]} * sizeof(U), 1);
-      uint8_t* dst = base + uint64_t{seg.changes.positions[k]} * sizeof(U);
+    for (size_t k = from; k < to; ++k) {
+      if (k + kAhead < to) __builtin_prefetch(base + uint64_t{pos[k + kAhead]} * sizeof(U), 1);
+      uint8_t* dst = base + uint64_t{pos[k]} * sizeof(U);
       U v, old;
       std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
       if (is_xor) {
@@ -398,6 +398,53 @@ Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
     case 4: apply(uint32_t{}); break;
     default: apply(uint64_t{}); break;
   }
+}
+
+Status NotInTensor(const DecodedSegment& seg, uint64_t tensor_bytes) {
+  return Corrupt("segment [" + std::to_string(seg.spec.start) + ", +" + std::to_string(seg.spec.count) +
+                 ") lies outside a tensor of " + std::to_string(tensor_bytes) + " bytes");
+}
+
+}  // namespace
+
+Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
+  if (!SegmentFits(seg, tensor.size())) return NotInTensor(seg, tensor.size());
+  ApplyChanges(seg, tensor, 0, seg.changes.size());
+  return Status::Ok();
+}
+
+Status ApplyPayload(const DecodedPayload& p, const std::function<std::span<uint8_t>(uint32_t)>& tensor_of, int threads) {
+  std::vector<std::span<uint8_t>> tensors(p.segments.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < p.segments.size(); ++i) {
+    const DecodedSegment& seg = p.segments[i];
+    tensors[i] = tensor_of(seg.spec.tensor_index);
+    if (!SegmentFits(seg, tensors[i].size())) return NotInTensor(seg, tensors[i].size());
+    total += seg.changes.size();
+  }
+  // Changes [from, to) in payload order.
+  auto apply_range = [&](uint64_t from, uint64_t to) {
+    uint64_t first = 0;  // the payload-order index of segment i's first change
+    for (size_t i = 0; i < p.segments.size() && first < to; ++i) {
+      const uint64_t n = p.segments[i].changes.size();
+      if (first + n > from)
+        ApplyChanges(p.segments[i], tensors[i], std::max(from, first) - first, std::min(to, first + n) - first);
+      first += n;
+    }
+  };
+  if (threads < 2 || total < kConcurrentApplyMinChanges) {
+    apply_range(0, total);
+    return Status::Ok();
+  }
+  ClaimableTask second([&] {
+    apply_range(total / 2, total);
+    return Status::Ok();
+  });
+  (void)OfferClaimable(second, [&] {
+    apply_range(0, total / 2);
+    return Status::Ok();
+  });
+  (void)second.RunIfUnclaimed();
   return Status::Ok();
 }
 

@@ -173,6 +173,17 @@ Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, cons
 // Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
 Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);
 
+// Applies every segment of `p` to its tensor, tensor_of(segment's tensor index) (the whole
+// tensor's bytes; the index is the caller's to check), after checking that every segment fits
+// its tensor: else kCorrupt and nothing is written. With threads >= 2 and at least
+// kConcurrentApplyMinChanges changes, a helper thread may apply the later half of the changes
+// (in payload order) while this one applies the first; segments are disjoint, so the bytes are
+// the same.
+Status ApplyPayload(const DecodedPayload& p, const std::function<std::span<uint8_t>(uint32_t)>& tensor_of, int threads = 1);
+// Below this many changes a payload is applied on one thread: each change is a read-modify-write
+// of a few bytes, ~2-3 ns from cache, and a hand-off costs more than half of it saves.
+inline constexpr uint64_t kConcurrentApplyMinChanges = 8192;
+
 // Calls fn(element_index, old_bits, new_bits) for every change, reading old bits from `tensor`
 // (the base) without modifying it. Bits are zero-extended to 64. The segment must lie inside
 // `tensor` (ApplySegment's check).

@@ -91,9 +91,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
     DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup, per_payload));
-    for (const DecodedSegment& seg : payload.segments)
-      DCR_RETURN_IF_ERROR(ApplySegment(seg, tensors[seg.spec.tensor_index].mutable_bytes));
-    return Status::Ok();
+    return ApplyPayload(payload, [&](uint32_t t) { return tensors[t].mutable_bytes; }, per_payload);
   }));
   DCR_RETURN_IF_ERROR(target.Sync());
   stats.apply_seconds = SecondsSince(t2);
