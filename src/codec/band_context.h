@@ -59,11 +59,13 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 // Appends the banded code in parts (mode 3) of the changed positions (positions[i] ascending,
 // relative to segment i, at least one in all) to `out`, with ChooseBandParts(total elements,
 // part_elements) parts. Deterministic: a function of the segments' bytes and part_elements
-// only, the same with any thread count. With threads >= 2 a helper thread may take parts (and,
-// with at least kSplitWalkMinElements elements, half of the band fit's counts). With threads >= 2
-// the helper also runs `filler` (while the calling thread fits the bands) and `also` (when no
-// part is left), each unless a thread has claimed it: other work of the same payload. Either may
-// still be unclaimed on return; the caller runs it then (RunIfUnclaimed). (band_encode.cc)
+// only, the same with any thread count. With threads >= 2 and at least kSplitWalkMinElements
+// elements, a helper thread takes half of the band fit's counts, then runs `filler` and `also`
+// (other work of the same payload) while the calling thread fits the bands, then takes parts;
+// the calling thread takes parts, and `also` while the helper still codes one. Each step is
+// done once, by whichever thread claims it first. `filler` and `also` may still be unclaimed on
+// return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only
+// runs `filler` and `also`. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
                            ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr);

@@ -105,11 +105,13 @@ class BandedEncode {
     if (helper_path_) next_part_.store(1);  // the helper takes every part but the first
   }
 
-  // The helper's share: the second count (if unclaimed), `filler` while the caller fits the
-  // bands, parts while any is left, then `also`.
+  // The helper's share: the second count (if unclaimed), `filler` and, if the caller is still
+  // fitting the bands, `also`; then parts while any is left, then `also` if still unclaimed.
   void Help(ClaimableTask* filler, ClaimableTask* also) {
     if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
     if (filler != nullptr) (void)filler->RunIfUnclaimed();
+    // The fit is the calling thread's alone: take `also` now rather than wait for it.
+    if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunIfUnclaimed();
     if (!caller_all_) {
       YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
       TakeParts();
@@ -118,9 +120,9 @@ class BandedEncode {
   }
 
   // The calling thread's share: count (the second segments' classes too unless the helper
-  // claimed them), fit, parts while any is left; then, all parts coded, the code, appended to
-  // `out`.
-  void Main(std::vector<uint8_t>* out) {
+  // claimed them), fit, parts while any is left, `also` (if given and unclaimed) while the helper
+  // still codes one; then, all parts coded, the code, appended to `out`.
+  void Main(std::vector<uint8_t>* out, ClaimableTask* also) {
     FitCounts counts;
     CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
     if (fit_seg_ > 0) {
@@ -135,6 +137,8 @@ class BandedEncode {
       CodeOne(0);
     else
       TakeParts();
+    // The helper is still coding a part: take `also` rather than wait.
+    if (also != nullptr && coded_parts_.load(std::memory_order_acquire) < parts_) (void)also->RunIfUnclaimed();
     YieldUntil([&] { return coded_parts_.load(std::memory_order_acquire) == parts_; });
     WriteBandedCode(fit_.bands, std::span<const CodedPart>(coded_, parts_), out);
   }
@@ -188,7 +192,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
       return Status::Ok();
     };
     auto main = [&] {
-      encode.Main(out);
+      encode.Main(out, also);
       return Status::Ok();
     };
     if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
@@ -198,7 +202,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     return;
   }
   auto encode_whole = [&] {
-    encode.Main(out);
+    encode.Main(out, nullptr);
     return Status::Ok();
   };
   if (threads < 2 || (also == nullptr && filler == nullptr)) {
