@@ -88,7 +88,6 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
   }
   EncodeWalkEnd done;
   done.population = cur.run;
-  done.next = cur.next;
   for (size_t b = 0; b < kMaxContextBands; ++b) done.written[b] = static_cast<uint64_t>(cur.out[b] - (gaps + offset[b]));
   return done;
 }

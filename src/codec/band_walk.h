@@ -24,10 +24,10 @@ struct EncodeWalkPart {
   uint64_t from_elem = 0, end_elem = ~uint64_t{0};
 };
 
-// Where an encoder walk over a part ended, per band: its population in the part, one past the
-// last changed ordinal (0 if none; ordinals counted from the part's start) and the gaps written.
+// Where an encoder walk over a part ended, per band: its population in the part and the gaps
+// written.
 struct EncodeWalkEnd {
-  BandWords population{}, next{}, written{};
+  BandWords population{}, written{};
 };
 
 // Encoder: each band's gaps (in band ordinals counted from the part's start) of the changed
