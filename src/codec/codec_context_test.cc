@@ -61,7 +61,7 @@ TEST(ContextRoundTrip, SmallSegmentsWithManyClassesAndEveryElementChanged) {
   // Segments of a few elements whose old values each have their own exponent. In legacy mode 1
   // the class table dominated the location code and could exceed the decoder's location limit
   // (kAlways then fell back to plain mode). A band table is at most 24 bytes and the fit drops
-  // bands that do not pay, so mode 2 stays within the limit and is always used here.
+  // bands that do not pay, so banded mode stays within the limit and is always used here.
   std::mt19937_64 rng(3);
   int context = 0, plain = 0;
   for (DType t : {DType::kBF16, DType::kF32, DType::kF64, DType::kF16, DType::kF8E5M2, DType::kF8E4M3}) {

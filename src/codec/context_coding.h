@@ -1,5 +1,5 @@
 // Context-mode location coding, mode 1 (docs/format.md §2.6): decoded for files and payloads
-// written before banded mode 2 (band_context.h) replaced it; the encoder remains for tests and
+// written before banded modes 2-3 (band_context.h) replaced it; the encoder remains for tests and
 // for building such payloads. Also the element classes both modes share (ContextClassFor).
 //
 // Both sides hold the old bits, and the exponent of an element's old value predicts whether it
