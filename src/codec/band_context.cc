@@ -82,9 +82,7 @@ class PartDecoder {
  public:
   PartDecoder(const BandedHeader& h, std::span<const ContextSegment> segs, uint64_t total_elements,
               std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions)
-      : h_(h), segs_(segs), expected_(expected), positions_(positions) {
-    starts_ = h.parts > 1 ? FindBandPartStarts(segs, total_elements, h.parts)
-                          : BandPartStarts{BandPartStart{}, BandPartStart{segs.size(), 0, total_elements}};
+      : h_(h), segs_(segs), positions_(positions), starts_(FindBandPartStarts(segs, total_elements, h.parts)) {
     segment_first_.resize(segs.size() + 1);
     for (size_t s = 0; s < segs.size(); ++s) segment_first_[s + 1] = segment_first_[s] + expected[s];
     for (size_t p = 0; p < h.parts; ++p) {
@@ -117,13 +115,16 @@ class PartDecoder {
     WalkPart walk;
     walk.from_seg = from.seg;
     walk.from_elem = from.elem;
-    walk.seg_end = to.elem == 0 ? to.seg : to.seg + 1;
-    walk.end_elem = to.elem == 0 ? ~uint64_t{0} : to.elem;
+    walk.seg_end = to.seg_end();
+    walk.end_elem = to.end_elem();
     walk.limit = h_.count[p];
     walk.first_out = std::clamp(c0, segment_first_[from.seg], segment_first_[from.seg + 1]) - segment_first_[from.seg];
     std::vector<uint64_t> room(segs_.size(), 0), filled(segs_.size(), 0);
-    for (size_t s = walk.from_seg; s < walk.seg_end; ++s)
+    uint64_t in_segments = 0;
+    for (size_t s = walk.from_seg; s < walk.seg_end; ++s) {
       room[s] = std::clamp(c1, segment_first_[s], segment_first_[s + 1]) - std::clamp(c0, segment_first_[s], segment_first_[s + 1]);
+      in_segments += room[s];
+    }
     if (!DecodeBandWalk(segs_, h_.bands, ord, room, positions_, &walk, &filled))
       return Corrupt("banded context code: a segment has more changes than its table entry" + part);
     for (size_t b = 0; b < static_cast<size_t>(h_.bands.k); ++b)
@@ -135,8 +136,6 @@ class PartDecoder {
       if (filled[s] != room[s])
         return Corrupt("banded context code: segment " + std::to_string(s) + " change count disagrees with its table entry" +
                        part);
-    uint64_t in_segments = 0;
-    for (size_t s = walk.from_seg; s < walk.seg_end; ++s) in_segments += room[s];
     if (in_segments != c1 - c0)
       return Corrupt("banded context code: the part's changes disagree with its segments' table entries" + part);
     return Status::Ok();
@@ -147,7 +146,6 @@ class PartDecoder {
  private:
   const BandedHeader& h_;
   std::span<const ContextSegment> segs_;
-  std::span<const uint64_t> expected_;
   std::span<std::vector<uint32_t>* const> positions_;
   BandPartStarts starts_{};
   std::vector<uint64_t> segment_first_;                     // [s]: the payload-order index of segment s's first change
@@ -163,7 +161,7 @@ size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements) {
 }
 
 BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts) {
-  DCR_CHECK(parts >= 1 && parts <= kMaxBandParts && total_elements / parts >= kBandPartAlign);
+  DCR_CHECK(parts >= 1 && parts <= kMaxBandParts && (parts == 1 || total_elements / parts >= kBandPartAlign));
   BandPartStarts starts{};
   size_t s = 0;
   uint64_t before = 0;  // elements of the segments before s

@@ -48,10 +48,14 @@ size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements);
 // Where part i starts, for i = 0..parts (parts: the end): segment `seg`, element `elem` of it,
 // and `at`, the element's index in payload order. Part i > 0 starts at the multiple of
 // kBandPartAlign (from its segment's start) at or below payload element floor(i * total / parts).
-// Needs total >= parts * kBandPartAlign, so that every part holds at least one element.
+// Needs total >= parts * kBandPartAlign when parts > 1, so that every part holds an element.
 struct BandPartStart {
   size_t seg = 0;
   uint64_t elem = 0, at = 0;
+  // For a part ending here: one past its last segment, and its end within that segment (the
+  // walks' seg_end and end_elem).
+  size_t seg_end() const { return elem == 0 ? seg : seg + 1; }
+  uint64_t end_elem() const { return elem == 0 ? ~uint64_t{0} : elem; }
 };
 using BandPartStarts = std::array<BandPartStart, kMaxBandParts + 1>;
 BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts);

@@ -26,8 +26,7 @@ struct CodedPart {
 std::vector<std::span<const uint32_t>> PartPositions(std::span<const std::span<const uint32_t>> positions,
                                                       const BandPartStart& from, const BandPartStart& to) {
   std::vector<std::span<const uint32_t>> part(positions.size());
-  const size_t seg_end = to.elem == 0 ? to.seg : to.seg + 1;
-  for (size_t s = from.seg; s < seg_end; ++s) {
+  for (size_t s = from.seg; s < to.seg_end(); ++s) {
     std::span<const uint32_t> p = positions[s];
     if (s == to.seg) p = p.first(static_cast<size_t>(std::lower_bound(p.begin(), p.end(), to.elem) - p.begin()));
     if (s == from.seg) p = p.subspan(static_cast<size_t>(std::lower_bound(p.begin(), p.end(), from.elem) - p.begin()));
@@ -43,8 +42,7 @@ void CodePart(std::span<const ContextSegment> segs, std::span<const std::span<co
               uint64_t* gaps, CodedPart* out) {
   const std::vector<std::span<const uint32_t>> part = PartPositions(positions, from, to);
   const EncodeWalkEnd walked = EncodeBandWalk(segs, part, bands, offset, gaps,
-                                              {from.seg, to.elem == 0 ? to.seg : to.seg + 1, from.elem,
-                                               to.elem == 0 ? ~uint64_t{0} : to.elem});
+                                              {from.seg, to.seg_end(), from.elem, to.end_elem()});
   out->stream.clear();
   BitWriter w(out->stream);
   for (size_t b = 0; b < static_cast<size_t>(bands.k); ++b) {
@@ -86,8 +84,7 @@ class BandedEncode {
     const uint64_t total = TotalElements(segs);
     for (const std::span<const uint32_t>& p : positions) total_changes_ += p.size();
     parts_ = ChooseBandParts(total, part_elements);
-    starts_ = parts_ > 1 ? FindBandPartStarts(segs, total, parts_)
-                         : BandPartStarts{BandPartStart{}, BandPartStart{segs.size(), 0, total}};
+    starts_ = FindBandPartStarts(segs, total, parts_);
     if (helper) {
       // The first segment boundary at or past half the elements, else the last boundary.
       uint64_t before = 0;  // elements of the segments before fit_seg_

@@ -364,6 +364,20 @@ void ExpectEveryTruncationAndBitFlipCorrupt(const World& w, const std::vector<ui
     }
 }
 
+// Payload `p` (of world `w`, its layout `layout`) re-signed with location section `loc` is
+// refused as kCorrupt (then ++*refused) or decodes well formed.
+void ExpectCorruptOrWellFormed(const World& w, const std::vector<uint8_t>& p, const std::vector<uint8_t>& loc,
+                               const PayloadLayout& layout, int* refused) {
+  DecodedPayload d;
+  Status s = DecodePayload(WithLocationSection(p, loc), &d, w.Lookup());
+  if (s.ok()) {
+    ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(d, layout));
+  } else {
+    ++*refused;
+    ASSERT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+  }
+}
+
 // 4,000 copies of payload `p` (of world `w`) with 1-3 random byte edits in its location section
 // (the first `table_bytes` bytes, where the mode's table sits, hit more often) and sometimes a
 // truncation, each re-signed: every one is refused as kCorrupt or decodes well formed. Sets
@@ -383,14 +397,7 @@ void ExpectRandomLocationEditsCorruptOrWellFormed(const World& w, const std::vec
       loc[at] = rng() % 3 == 0 ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(loc[at] ^ (1u << (rng() % 8)));
     }
     if (rng() % 8 == 0) loc.resize(loc.size() - 1 - rng() % std::min<size_t>(loc.size() - 1, 8));
-    DecodedPayload d;
-    Status s = DecodePayload(WithLocationSection(p, loc), &d, w.Lookup());
-    if (s.ok()) {
-      ASSERT_NO_FATAL_FAILURE(ExpectWellFormed(d, layout));
-    } else {
-      ++*refused;
-      ASSERT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectCorruptOrWellFormed(w, p, loc, layout, refused));
   }
 }
 
