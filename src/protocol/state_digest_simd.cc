@@ -53,7 +53,10 @@ HWY_INLINE V64 KeyedIndex(uint64_t key, V64 index) {
   return hn::Xor(hn::Set(d, key), index * hn::Set(d, 0x9e3779b97f4a7c15ull));
 }
 
-Digest128 Sums(V64 lo, V64 hi) {
+// Inline: a call that passes vectors returns with the upper register state dirty (GCC emits no
+// vzeroupper there), and the caller then returned without one too, which slowed every later
+// legacy-SSE instruction in the process (simd_state_test).
+HWY_INLINE Digest128 Sums(V64 lo, V64 hi) {
   const D64 d;
   return {hn::GetLane(hn::SumOfLanes(d, lo)), hn::GetLane(hn::SumOfLanes(d, hi))};
 }
