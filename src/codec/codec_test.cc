@@ -2,6 +2,7 @@
 // scan and location coding. Payload round trips are in codec_payload_test.cc, hostile payloads
 // in codec_hostile_test.cc.
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -302,6 +303,37 @@ TEST(SectionCoding, RoundTripsRawAndZstdAndRejectsWrongLengths) {
   std::vector<uint8_t> back;
   EXPECT_EQ(DecompressSection(SectionCodec::kZstd, noise, 100, &back).code(), StatusCode::kCorrupt);
   EXPECT_EQ(DecompressSection(SectionCodec::kZstd, {}, 0, &back).code(), StatusCode::kCorrupt);
+}
+
+// From kZstdProbeMinBytes a fast probe decides whether zstd is tried: a section it cannot
+// shrink is stored raw (the bytes themselves); one it can is stored exactly as zstd at the
+// caller's level stores it (the probe changes no compressed byte).
+TEST(SectionCoding, ProbeStoresIncompressibleSectionsRawAndChangesNoCompressedByte) {
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> noise(64 * 1024);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> stored = {7};  // appended after what the buffer holds
+  EXPECT_EQ(CompressSection(noise, kDefaultZstdLevel, &stored), SectionCodec::kRaw);
+  ASSERT_EQ(stored.size(), 1 + noise.size());
+  EXPECT_EQ(stored[0], 7);
+  EXPECT_TRUE(std::equal(noise.begin(), noise.end(), stored.begin() + 1));
+
+  // Mostly noise with a repeated stretch: compressible, though not by much.
+  std::vector<uint8_t> mixed = noise;
+  std::copy(noise.begin(), noise.begin() + 8192, mixed.begin() + 32768);
+  for (int level : {1, kDefaultZstdLevel, 9}) {
+    std::vector<uint8_t> want(ZSTD_compressBound(mixed.size()));
+    ZSTD_CCtx* c = ZSTD_createCCtx();
+    want.resize(ZSTD_compressCCtx(c, want.data(), want.size(), mixed.data(), mixed.size(), level));
+    ZSTD_freeCCtx(c);
+    ASSERT_LT(want.size(), mixed.size());
+    std::vector<uint8_t> got;
+    EXPECT_EQ(CompressSection(mixed, level, &got), SectionCodec::kZstd) << "level " << level;
+    EXPECT_EQ(got, want) << "level " << level;
+    std::vector<uint8_t> back;
+    ASSERT_TRUE(DecompressSection(SectionCodec::kZstd, got, mixed.size(), &back).ok());
+    EXPECT_EQ(back, mixed);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
