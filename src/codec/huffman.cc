@@ -5,25 +5,19 @@
 namespace dcr {
 namespace {
 
-// Code lengths of an optimal prefix code; deterministic (ties broken by node index: leaves in
-// symbol order, then internal nodes in creation order). Two queues: the leaves sorted by
-// (weight, index), and the internal nodes, which are created in that order already; each merge
-// takes the smaller front twice, as a priority queue of (weight, index) would.
-std::vector<uint8_t> HuffmanLengths(std::span<const uint64_t> freq) {
-  const size_t n = freq.size();
-  std::vector<uint8_t> len(n, 0);
-  std::vector<size_t> used;
-  for (size_t s = 0; s < n; ++s)
-    if (freq[s] > 0) used.push_back(s);
-  if (used.size() == 1) {
-    len[used[0]] = 1;
-    return len;
-  }
-  const size_t u = used.size();
-  // Nodes: leaves 0..u-1 (in symbol order), then internal ones; parent links give depths.
+// Depths of the leaves of an optimal prefix code for `weight` (all > 0, one per used symbol in
+// symbol order; 1 for a single leaf); deterministic (ties broken by node index: leaves in symbol
+// order, then internal nodes in creation order). Two queues: the leaves sorted by (weight,
+// index), and the internal nodes, which are created in that order already; each merge takes the
+// smaller front twice, as a priority queue of (weight, index) would. O(u log u) in the u used
+// symbols, whatever the alphabet.
+std::vector<uint32_t> LeafDepths(std::span<const uint64_t> leaf_weight) {
+  const size_t u = leaf_weight.size();
+  if (u == 1) return {1};
+  // Nodes: leaves 0..u-1, then internal ones; parent links give depths.
   std::vector<uint64_t> weight(2 * u - 1);
   std::vector<size_t> parent(2 * u - 1, SIZE_MAX);
-  for (size_t i = 0; i < u; ++i) weight[i] = freq[used[i]];
+  std::copy(leaf_weight.begin(), leaf_weight.end(), weight.begin());
   std::vector<size_t> leaves(u);
   for (size_t i = 0; i < u; ++i) leaves[i] = i;
   std::stable_sort(leaves.begin(), leaves.end(), [&](size_t a, size_t b) { return weight[a] < weight[b]; });
@@ -42,8 +36,8 @@ std::vector<uint8_t> HuffmanLengths(std::span<const uint64_t> freq) {
   std::vector<uint32_t> depth(2 * u - 1, 0);
   for (size_t i = 2 * u - 1; i-- > 0;)
     if (parent[i] != SIZE_MAX) depth[i] = depth[parent[i]] + 1;
-  for (size_t i = 0; i < u; ++i) len[used[i]] = static_cast<uint8_t>(std::min<uint32_t>(depth[i], 255));
-  return len;
+  depth.resize(u);
+  return depth;
 }
 
 uint32_t ReverseBits(uint32_t code, int len) {
@@ -52,8 +46,9 @@ uint32_t ReverseBits(uint32_t code, int len) {
   return r;
 }
 
-// Per code length: how many codes have it and the first canonical code of that length
-// (MSB-first; shorter codes first, then by symbol).
+// The decoder's canonical code from a whole alphabet's lengths (the encoder builds the same
+// from its used symbols alone). Per code length: how many codes have it and the first canonical
+// code of that length (MSB-first; shorter codes first, then by symbol).
 struct CodeRanges {
   uint32_t count[kHuffmanMaxBits + 1] = {};
   uint32_t first[kHuffmanMaxBits + 1] = {};
@@ -89,38 +84,52 @@ std::vector<uint32_t> CanonicalCodes(const std::vector<uint8_t>& len, const Code
 
 HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(freq.size() <= kHuffmanMaxSymbols);
-  std::vector<uint64_t> f(freq.begin(), freq.end());
+  // Only the used symbols are worked on: a payload's values use a few hundred of the 4096.
+  std::vector<uint64_t> weight;
+  for (size_t s = 0; s < freq.size(); ++s)
+    if (freq[s] > 0) used_.push_back(static_cast<uint32_t>(s)), weight.push_back(freq[s]);
+  DCR_CHECK(!used_.empty());
+  std::vector<uint32_t> depth;
   for (;;) {
-    len_ = HuffmanLengths(f);
-    if (*std::max_element(len_.begin(), len_.end()) <= kHuffmanMaxBits) break;
+    depth = LeafDepths(weight);
+    if (*std::max_element(depth.begin(), depth.end()) <= static_cast<uint32_t>(kHuffmanMaxBits)) break;
     // Too deep: flatten the distribution and rebuild (keeps every used symbol codable).
-    for (auto& x : f)
-      if (x) x = (x >> 1) | 1;
+    for (auto& x : weight) x = (x >> 1) | 1;
   }
-  const CodeRanges ranges = CanonicalRanges(len_);
-  DCR_CHECK(ranges.fits);
-  code_ = CanonicalCodes(len_, ranges);
-  packed_.resize(len_.size());
-  for (size_t i = 0; i < len_.size(); ++i) packed_[i] = uint32_t{len_[i]} << 16 | code_[i];
+  // Canonical codes (CanonicalRanges, CanonicalCodes) from the used symbols' lengths alone.
+  uint32_t count[kHuffmanMaxBits + 1] = {}, next[kHuffmanMaxBits + 1] = {};
+  for (uint32_t d : depth) ++count[d];
+  int64_t kraft = 1 << kHuffmanMaxBits;
+  for (int l = 1, code = 0; l <= kHuffmanMaxBits; ++l) {
+    code = (code + static_cast<int>(count[l - 1])) << 1;
+    next[l] = static_cast<uint32_t>(code);
+    kraft -= static_cast<int64_t>(count[l]) << (kHuffmanMaxBits - l);
+  }
+  DCR_CHECK(kraft >= 0);
+  len_.assign(freq.size(), 0);
+  code_.assign(freq.size(), 0);
+  packed_.assign(freq.size(), 0);
+  for (size_t i = 0; i < used_.size(); ++i) {  // ascending symbols: canonical order within a length
+    const uint32_t s = used_[i];
+    const int l = static_cast<int>(depth[i]);
+    len_[s] = static_cast<uint8_t>(l);
+    code_[s] = ReverseBits(next[l]++, l);
+    packed_[s] = uint32_t{len_[s]} << 16 | code_[s];
+  }
 }
 
 void HuffmanEncoder::WriteTable(std::vector<uint8_t>* out) const {
-  uint64_t m = 0;
-  for (uint8_t l : len_) m += l != 0;
-  PutVarint(*out, m);
-  uint64_t prev = 0;
-  bool first = true;
-  for (size_t s = 0; s < len_.size(); ++s) {
-    if (!len_[s]) continue;
-    PutVarint(*out, (first ? s : s - prev - 1) << 4 | len_[s]);
-    prev = s;
-    first = false;
+  PutVarint(*out, used_.size());
+  for (size_t i = 0; i < used_.size(); ++i) {
+    const uint32_t s = used_[i];
+    PutVarint(*out, static_cast<uint64_t>(i == 0 ? s : s - used_[i - 1] - 1) << 4 | len_[s]);
   }
 }
 
 uint64_t HuffmanEncoder::CostBits(std::span<const uint64_t> freq) const {
-  uint64_t bits = 0;
-  for (size_t s = 0; s < freq.size(); ++s) bits += freq[s] * len_[s];
+  uint64_t bits = 0;  // symbols outside the code have length 0
+  for (uint32_t s : used_)
+    if (s < freq.size()) bits += freq[s] * len_[s];
   return bits;
 }
 

@@ -34,7 +34,8 @@ class HuffmanEncoder {
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 
  private:
-  std::vector<uint8_t> len_;
+  std::vector<uint32_t> used_;  // the symbols with a code, ascending
+  std::vector<uint8_t> len_;    // per symbol of the alphabet: 0 for an unused one
   std::vector<uint32_t> code_;
   std::vector<uint32_t> packed_;  // len << 16 | code
 };
