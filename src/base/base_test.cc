@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -242,6 +243,34 @@ TEST(OfferToHelper, DropsASideNoHelperHasStartedAndClaimsSplitTheWork) {
                           })
                 .message(),
             "side");
+}
+
+// A chain of steps: RunIfUnclaimed runs every step no thread has claimed, in order, each once;
+// two threads share the steps; result() is the step's own.
+TEST(ClaimableTask, AChainRunsEachStepOnceAndThreadsShareIt) {
+  std::atomic<int> ran[3] = {0, 0, 0};
+  ClaimableTask c([&] { return ++ran[2], Corrupt("third"); });
+  ClaimableTask b([&] { return ++ran[1], Status::Ok(); });
+  ClaimableTask a([&] { return ++ran[0], Status::Ok(); });
+  a.Then(&b);
+  b.Then(&c);
+  EXPECT_TRUE(b.RunIfUnclaimed());  // b and c: a chain's tail runs from where it is entered
+  EXPECT_EQ(ran[0].load(), 0);
+  EXPECT_TRUE(a.RunIfUnclaimed());  // a only: b and c are claimed
+  EXPECT_FALSE(a.RunIfUnclaimed());
+  for (auto& r : ran) EXPECT_EQ(r.load(), 1);
+  EXPECT_TRUE(a.result().ok());
+  EXPECT_EQ(c.result().message(), "third");
+  for (int i = 0; i < 200; ++i) {
+    std::atomic<int> runs[4] = {0, 0, 0, 0};
+    std::vector<std::unique_ptr<ClaimableTask>> steps;
+    for (int k = 0; k < 4; ++k) steps.push_back(std::make_unique<ClaimableTask>([&runs, k] { return ++runs[k], Status::Ok(); }));
+    for (int k = 0; k + 1 < 4; ++k) steps[static_cast<size_t>(k)]->Then(steps[static_cast<size_t>(k) + 1].get());
+    ASSERT_TRUE(OfferToHelper([&] { return steps[0]->RunIfUnclaimed(), Status::Ok(); },
+                              [&] { return steps[0]->RunIfUnclaimed(), Status::Ok(); })
+                    .ok());
+    for (auto& r : runs) ASSERT_EQ(r.load(), 1) << "call " << i;
+  }
 }
 
 TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {

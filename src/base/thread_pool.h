@@ -61,18 +61,24 @@ class ClaimOnce {
 class ClaimableTask {
  public:
   explicit ClaimableTask(std::function<Status()> fn) : fn_(std::move(fn)) {}
-  // Runs the step here unless a thread has claimed it already; true if it ran here.
+  // Chains `next` (and its chain) after this step, before any thread may run either.
+  void Then(ClaimableTask* next) { next_ = next; }
+  // Runs each step of the chain that no thread has claimed yet here, in order; true if any ran
+  // here. Two threads arriving one after the other so share a chain's steps.
   bool RunIfUnclaimed() {
-    if (!claim_.Claim()) return false;
-    result_ = fn_();
-    return true;
+    bool ran = false;
+    for (ClaimableTask* t = this; t != nullptr; t = t->next_)
+      if (t->claim_.Claim()) t->result_ = t->fn_(), ran = true;
+    return ran;
   }
+  // This step's result (not the chain's).
   const Status& result() const { return result_; }
 
  private:
   std::function<Status()> fn_;
   ClaimOnce claim_;
   Status result_;
+  ClaimableTask* next_ = nullptr;
 };
 
 // Runs `main` on the calling thread while a helper runs `also` unless some thread has claimed it

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,21 +22,6 @@
 
 namespace dcr {
 namespace {
-
-// A copy of `p` with a header field replaced and the checksum recomputed.
-std::vector<uint8_t> Edited(const std::vector<uint8_t>& p, size_t off, uint64_t value, int bytes) {
-  std::vector<uint8_t> q = p;
-  StoreLe(q.data() + off, value, bytes);
-  Resign(q);
-  return q;
-}
-
-uint64_t Field(const std::vector<uint8_t>& p, size_t off, int bytes) { return LoadLe(p.data() + off, bytes); }
-
-StatusCode DecodeCode(std::span<const uint8_t> p) {
-  DecodedPayload d;
-  return DecodePayload(p, &d).code();
-}
 
 // The decoder's contract on an accepted payload: every segment's positions lie inside it and
 // ascend strictly, one value of the declared width per position; segments ascend by
@@ -298,7 +282,8 @@ TEST(HostilePayload, ResignedBadHeaderFieldsAreCorrupt) {
       {"block 2^32", kBlockLog2, 32, 1},
       {"block 2^255", kBlockLog2, 255, 1},
       {"location codec 2", kLocCodec, 2, 1},
-      {"value codec 3", kValCodec, 3, 1},
+      {"value codec 4", kValCodec, 4, 1},
+      {"value codec 3 (streams) for one stream's bytes", kValCodec, 3, 1},
       {"value codec 255", kValCodec, 255, 1},
       {"location codec raw for zstd bytes", kLocCodec, 0, 1},
       {"value codec raw planes for Huffman bytes", kValCodec, 0, 1},
@@ -438,84 +423,6 @@ TEST(HostilePayload, ZstdSectionsWithoutContentSizeMustDecodeToTheDeclaredLength
 
 // ---------------------------------------------------------------------------------------------
 // Hostile Huffman value sections, spliced into a real payload and re-signed.
-
-// `p` with its value section replaced by `val` under codec `codec`, re-signed.
-std::vector<uint8_t> WithValueSection(const std::vector<uint8_t>& p, ValueCodec codec, const std::vector<uint8_t>& val) {
-  const uint64_t table_len = Field(p, kTableLen, 4), loc_stored = Field(p, kLocStored, 8);
-  const size_t val_at = kPayloadHeaderBytes + table_len + loc_stored;
-  std::vector<uint8_t> q(p.begin(), p.begin() + static_cast<ptrdiff_t>(val_at));
-  q.insert(q.end(), val.begin(), val.end());
-  q.resize(q.size() + kPayloadTrailerBytes);
-  q[kValCodec] = static_cast<uint8_t>(codec);
-  StoreLe(q.data() + kValStored, val.size(), 8);
-  Resign(q);
-  return q;
-}
-
-// A Huffman value section written from the format description (docs/format.md §2.3, §2.5),
-// independently of the library: table entries varint(gap << 4 | length) with symbols ascending,
-// varint escape length, escape bytes, then each symbol's canonical code most significant bit
-// first in the LSB-first bit stream. Lengths may be anything (the point is to write bad ones).
-struct HuffmanSection {
-  std::map<uint32_t, int> lengths;  // symbol -> code length
-  std::vector<uint8_t> escapes;
-  std::vector<uint32_t> symbols;
-  int64_t m_override = -1;
-
-  // Symbols and escapes of values (width bytes each), as the encoder forms them.
-  void AddValues(std::span<const uint8_t> values, uint32_t width) {
-    for (size_t i = 0; i < values.size() / width; ++i) {
-      uint64_t v = 0;
-      std::memcpy(&v, values.data() + i * width, width);
-      if (v >= 4095) {
-        symbols.push_back(4095);
-        escapes.insert(escapes.end(), values.begin() + static_cast<ptrdiff_t>(i * width),
-                       values.begin() + static_cast<ptrdiff_t>((i + 1) * width));
-      } else {
-        symbols.push_back(static_cast<uint32_t>(v));
-      }
-    }
-  }
-  // Every used symbol gets the same length: the shortest that holds them all.
-  void FlatLengths() {
-    lengths.clear();
-    for (uint32_t s : symbols) lengths[s] = 0;
-    int len = 1;
-    while ((size_t{1} << len) < lengths.size()) ++len;
-    for (auto& [s, l] : lengths) l = len;
-  }
-  std::vector<uint8_t> Bytes() const {
-    std::vector<uint8_t> out;
-    PutVarint(out, m_override >= 0 ? static_cast<uint64_t>(m_override) : lengths.size());
-    int64_t prev = -1;
-    for (auto [s, l] : lengths) {
-      PutVarint(out, (static_cast<uint64_t>(static_cast<int64_t>(s) - prev - 1)) << 4 | static_cast<uint64_t>(l));
-      prev = s;
-    }
-    PutVarint(out, escapes.size());
-    out.insert(out.end(), escapes.begin(), escapes.end());
-    // Canonical codes: by (length, symbol), each length's first code following on from the last.
-    std::vector<std::pair<int, uint32_t>> order;
-    for (auto [s, l] : lengths) order.push_back({l, s});
-    std::sort(order.begin(), order.end());
-    std::map<uint32_t, uint32_t> code;
-    uint32_t c = 0;
-    int prev_len = order.empty() ? 0 : order.front().first;
-    for (auto [l, s] : order) {
-      c <<= (l - prev_len);
-      prev_len = l;
-      code[s] = c++;
-    }
-    BitWriter w(out);
-    for (uint32_t s : symbols) {
-      const int l = lengths.count(s) ? lengths.at(s) : 1;
-      const uint32_t k = code.count(s) ? code.at(s) : 0;
-      for (int b = l - 1; b >= 0; --b) w.Put((k >> b) & 1, 1);
-    }
-    w.Flush();
-    return out;
-  }
-};
 
 // The Huffman section of LargePayload rebuilt from its decoded values.
 HuffmanSection LargePayloadSection(const std::vector<uint8_t>& p) {
@@ -720,7 +627,7 @@ TEST(HostilePayload, ArbitraryBytesWithAValidChecksumAreRefusedOrWellFormed) {
       q[kMode] = 0;
       q[kBlockLog2] = static_cast<uint8_t>(3 + rng() % 8);
       q[kLocCodec] = 0;
-      q[kValCodec] = static_cast<uint8_t>(rng() % 3);  // raw planes, zstd planes or Huffman
+      q[kValCodec] = static_cast<uint8_t>(rng() % 4);  // raw planes, zstd planes, Huffman in one or in streams
       StoreLe(q.data() + kReserved16, 0, 6);
       const uint64_t body = q.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
       const uint64_t t = body == 0 ? 0 : rng() % (body + 1), l = body - t == 0 ? 0 : rng() % (body - t + 1);

@@ -142,7 +142,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
                             (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
   values_.clear();
   ClaimableTask values_task([&] {
-    val_codec = EncodeValues(runs_, options_.zstd_level, &values_);
+    val_codec = EncodeValues(runs_, options_.zstd_level, &values_, 1, options_.value_streams_min);
     return Status::Ok();
   });
   mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
@@ -154,7 +154,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
     out->insert(out->end(), values_.begin(), values_.end());
   } else {
     val_at = out->size();
-    val_codec = EncodeValues(runs_, options_.zstd_level, out, threads);
+    val_codec = EncodeValues(runs_, options_.zstd_level, out, threads, options_.value_streams_min);
   }
 
   uint8_t* h = out->data() + at;
@@ -206,7 +206,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextParts)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
   const int block_log2 = h[kOffBlockLog2];
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
-  if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffman))
+  if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffmanStreams))
     return Corrupt("payload section codec unknown");
   if (LoadLe(h + kOffReserved16, 2) != 0 || LoadLe(h + kOffReserved32, 4) != 0) return Corrupt("payload reserved field is not zero");
   const uint64_t nseg = LoadLe(h + kOffSegments, 4), table_len = LoadLe(h + kOffTableLen, 4);
@@ -341,16 +341,26 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
     position_outs[i] = &d.segments[i].changes.positions;
     changed += layout.changed[i];
   }
-  ClaimableTask values([&] {
-    return DecodeValues(layout.val_codec, layout.val_stored, runs, value_outs).WithContext("payload value section");
+  // The value section in two shares (its two streams in codec 3), chained: a thread done with
+  // its location work takes whichever share is still unclaimed.
+  ValueSectionDecoder value_decoder(layout.val_codec, layout.val_stored, runs, value_outs);
+  ClaimableTask values_odd([&] {
+    value_decoder.DecodeShare(1);
+    return Status::Ok();
   });
+  ClaimableTask values([&] {
+    value_decoder.DecodeShare(0);
+    return Status::Ok();
+  });
+  values.Then(&values_odd);
+  auto values_result = [&] { return value_decoder.Result().WithContext("payload value section"); };
   // Errors come in one order whatever the threads: the value section's first, then the
   // location section's.
   LocationInputs in;
   const Status prepared = PrepareLocations(layout, base, &in);
   if (!prepared.ok()) {
     (void)values.RunIfUnclaimed();
-    DCR_RETURN_IF_ERROR(values.result());
+    DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
   if (threads == 0) threads = HardwareThreads();
@@ -358,7 +368,7 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   const bool share_values = threads >= 2 && changed >= kConcurrentSectionsMinChanges;
   const Status located = DecodeLocations(layout, in, position_outs, threads, share_values ? &values : nullptr);
   (void)values.RunIfUnclaimed();
-  DCR_RETURN_IF_ERROR(values.result());
+  DCR_RETURN_IF_ERROR(values_result());
   return located;
 }
 

@@ -68,6 +68,8 @@ struct EncodeOptions {
   enum class Context { kNever, kWhenSmaller, kAlways } context = Context::kNever;
   // Context mode: at least this many elements per part of the location code (band_context.h).
   uint64_t band_part_elements = kDefaultBandPartElements;
+  // From this many values a payload's Huffman value section is in two streams (codec 3).
+  uint64_t value_streams_min = kValueStreamsMin;
 };
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish

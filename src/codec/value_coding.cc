@@ -1,3 +1,4 @@
+// Value section encoding (docs/format.md §2.3); decoding is value_decode.cc.
 #include "codec/value_coding.h"
 
 #include <algorithm>
@@ -9,87 +10,14 @@
 #include "codec/bit_stream.h"
 #include "codec/huffman.h"
 #include "codec/section_coding.h"
+#include "codec/value_symbols.h"
 
 namespace dcr {
 namespace {
 
-// Values below kEscape are their own symbol; larger ones are coded as kEscape and their bytes
-// follow raw. 12 bits cover every BF16/F16 XOR mask that stays within mantissa and exponent LSBs.
-constexpr uint32_t kAlphabet = kHuffmanMaxSymbols;
-constexpr uint32_t kEscape = kAlphabet - 1;
-
-uint64_t LoadValue(const uint8_t* p, uint32_t w) {
-  uint64_t v = 0;
-  std::memcpy(&v, p, w);
-  return v;
-}
-
-// Calls fn(U{}) with U the unsigned integer type of `width` bytes (1, 2, 4 or 8).
-template <typename Fn>
-auto WithWidth(uint32_t width, Fn&& fn) {
-  switch (width) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    default: return fn(uint64_t{});
-  }
-}
-
-// Decodes n values of type U into dst: symbols below kEscape are the value, kEscape takes the
-// next sizeof(U) bytes of `escapes` from *e on.
-template <typename U>
-Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
-                     uint8_t* dst) {
-  for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
-    // Common codes, several per lookup (values of at least two bytes, where every symbol below
-    // the escape is a valid value): four lookups of at most kFastBits bits each fit in one
-    // refilled window, and each writes kMultiSymbols slots, of which the next step overwrites
-    // the unused ones.
-    if constexpr (sizeof(U) >= 2) {
-      static_assert(4 * 10 <= 56, "four lookups per refill");
-      while (n - i >= 4 * HuffmanDecoder::kMultiSymbols && bits.HasWindow()) {
-        bits.RefillWindow();
-        int k = 0;
-        for (; k < 4; ++k) {
-          const uint64_t m = code.PeekMulti(bits);
-          const int c = HuffmanDecoder::MultiCount(m);
-          if (c == 0) break;
-          for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
-            const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
-            std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
-          }
-          bits.SkipInWindow(HuffmanDecoder::MultiBits(m));
-          dst += c * sizeof(U);
-          i += static_cast<uint64_t>(c);
-        }
-        if (k < 4) break;  // a long code or an escape: one symbol the general way
-      }
-      if (i == n) break;
-    }
-    uint32_t sym;
-    if (bits.HasWindow()) {  // the common case: no refill branch, no per-symbol length check
-      bits.RefillWindow();
-      sym = code.GetInWindow(bits);
-    } else {
-      sym = code.Get(bits);
-      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
-    }
-    if (sym < kEscape) [[likely]] {
-      if (sizeof(U) == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
-      const U v = static_cast<U>(sym);
-      std::memcpy(dst, &v, sizeof(U));
-      continue;
-    }
-    if (bits.overrun()) return Corrupt("value symbols truncated or invalid");  // GetLong failed
-    if (escapes.size() - *e < sizeof(U)) return Corrupt("value escapes exhausted");
-    std::memcpy(dst, escapes.data() + *e, sizeof(U));
-    *e += sizeof(U);
-    if (LoadValue(dst, sizeof(U)) < kEscape) return Corrupt("escaped value below the escape threshold");
-  }
-  // GetLong signals an invalid code only through the overrun flag, with symbol 0.
-  if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
-  return Status::Ok();
-}
+using value_symbols::kAlphabet;
+using value_symbols::kEscape;
+using value_symbols::WithWidth;
 
 // Adds the symbols of n values of type U at p to four interleaved histograms of kAlphabet
 // counters (value i to histogram i % 4), and appends the bytes of escaped values to `escaped`.
@@ -119,30 +47,6 @@ void PutSymbols(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWri
   uint64_t i = 0;
   for (; i + 3 <= n; i += 3) code.Put3(w, symbol(i), symbol(i + 1), symbol(i + 2));
   for (; i < n; ++i) code.Put(w, symbol(i));
-}
-
-Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                     std::span<std::vector<uint8_t>* const> outs) {
-  ByteReader r(stored);
-  HuffmanDecoder code;
-  DCR_RETURN_IF_ERROR(code.ReadTable(r, kAlphabet));
-  code.BuildMultiTable(kEscape);
-  uint64_t escape_len = 0;
-  std::span<const uint8_t> escapes;
-  if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes)) return Corrupt("value escapes truncated");
-  BitReader bits(r.Rest());
-  size_t e = 0;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const ValueRun& run = runs[k];
-    outs[k]->resize(run.count * run.width);
-    Status s = WithWidth(run.width, [&](auto zero) {
-      return DecodeSymbols<decltype(zero)>(code, bits, escapes, &e, run.count, outs[k]->data());
-    });
-    DCR_RETURN_IF_ERROR(s);
-  }
-  if (e != escapes.size()) return Corrupt("unused value escapes");
-  if (bits.bytes_consumed() != r.remaining()) return Corrupt("trailing bytes after the value symbols");
-  return Status::Ok();
 }
 
 }  // namespace
@@ -229,20 +133,22 @@ void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, B
     WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, w); });
 }
 
-// The section from the counts of every run (`parts`, in run order). Huffman stored form: table,
-// varint escape-byte count, escape bytes, then the bit stream, which `put_symbols(code, w)`
-// writes. `on_code` is called once the form is chosen, with the Huffman code if it is that form
-// (else null); put_symbols runs only after it.
-template <typename PutFn, typename CodeFn>
+// The section from the counts of its streams' values (`parts`: one stream, codec 2, or two,
+// codec 3, the counts of each stream's values). Huffman stored forms: table, then (codec 3) the
+// stream count, each stream's escape-byte count and all but the last stream's byte length, or
+// (codec 2) the escape-byte count; the escape bytes; the bit streams, each zero-padded to a byte,
+// which `stream_bits(code, i)` returns. `on_code` is called once the form is chosen, with the
+// Huffman code if it is that form (else null); stream_bits runs only after it.
+template <typename StreamFn, typename CodeFn>
 ValueCodec FinishValues(std::span<const ValueRun> runs, std::span<const SymbolCounts* const> parts, int zstd_level,
-                        std::vector<uint8_t>* out, PutFn&& put_symbols, CodeFn&& on_code) {
+                        std::vector<uint8_t>* out, StreamFn&& stream_bits, CodeFn&& on_code) {
   std::vector<uint64_t> freq(kAlphabet, 0);
   uint64_t values = 0, raw_bytes = 0, escape_bytes = 0;
   for (const SymbolCounts* c : parts) {
     c->AddTo(&freq);
     values += c->values, raw_bytes += c->raw_bytes, escape_bytes += c->escaped.size();
   }
-  DCR_CHECK(values > 0);
+  DCR_CHECK(values > 0 && (parts.size() == 1 || parts.size() == 2));
   HuffmanEncoder code(freq);
   const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
@@ -258,15 +164,30 @@ ValueCodec FinishValues(std::span<const ValueRun> runs, std::span<const SymbolCo
   }
   on_code(&code);
   code.WriteTable(out);
-  PutVarint(*out, escape_bytes);
+  std::array<std::span<const uint8_t>, 2> streams;
+  for (size_t i = 0; i < parts.size(); ++i) streams[i] = stream_bits(code, i);
+  if (parts.size() == 2) {
+    out->push_back(2);
+    for (const SymbolCounts* c : parts) PutVarint(*out, c->escaped.size());
+    PutVarint(*out, streams[0].size());
+  } else {
+    PutVarint(*out, escape_bytes);
+  }
   for (const SymbolCounts* c : parts) out->insert(out->end(), c->escaped.begin(), c->escaped.end());
-  BitWriter w(*out);
+  for (size_t i = 0; i < parts.size(); ++i) out->insert(out->end(), streams[i].begin(), streams[i].end());
+  return parts.size() == 2 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman;
+}
+
+// The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer (replaced).
+std::span<const uint8_t> StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::vector<uint8_t>* buffer) {
+  buffer->clear();
+  BitWriter w(*buffer);
   {
     BitWriter::Local symbols(w);
-    put_symbols(code, symbols);
+    PutRunSymbols(runs, code, symbols);
   }
   w.Flush();
-  return ValueCodec::kHuffman;
+  return *buffer;
 }
 
 // `runs` cut at value `at`: the values before it as `first`, the rest as `second`.
@@ -281,35 +202,24 @@ void CutRuns(std::span<const ValueRun> runs, uint64_t at, std::vector<ValueRun>*
   }
 }
 
-// EncodeValues on two threads: each counts the symbols of half the values, the calling thread
-// chooses the form and, for Huffman, writes the first half's symbols while the helper writes the
-// second half's into its own buffer, which is then appended bit for bit. Each half goes to
-// whichever thread claims it first, so a late helper costs nothing; the bytes are one thread's.
+// EncodeValues for two streams (codec 3) on two threads: each thread counts the symbols of one
+// stream's values, the calling thread chooses the form and, for Huffman, writes stream 0 while the
+// helper writes stream 1 into its own buffer. Each stream goes to whichever thread claims it
+// first, so a late helper costs nothing; the bytes are one thread's.
 ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t total, int zstd_level,
                                     std::vector<uint8_t>* out) {
   // The calling thread's objects, also where the helper writes (it may serve another caller as
   // soon as this call ends).
   thread_local SymbolCounts counts[2];
   thread_local std::vector<ValueRun> halves[2];
-  thread_local std::vector<uint8_t> second_bits;
-  CutRuns(runs, total / 2, &halves[0], &halves[1]);
+  thread_local std::vector<uint8_t> stream_buffers[2];
+  CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves[0], &halves[1]);
   SymbolCounts* const count = counts;
-  std::vector<uint8_t>* const second_out = &second_bits;
+  std::vector<uint8_t>* const buffer = stream_buffers;
   const std::vector<ValueRun>* const half = halves;
   ClaimOnce count_second, put_second;
   std::atomic<bool> second_counted{false}, chosen{false}, second_put{false};
   const HuffmanEncoder* code_for_helper = nullptr;
-  uint64_t second_nbits = 0;
-  auto put_second_half = [&](const HuffmanEncoder& code) {
-    second_out->clear();
-    BitWriter w(*second_out);
-    {
-      BitWriter::Local symbols(w);
-      PutRunSymbols(half[1], code, symbols);
-    }
-    second_nbits = w.BitCount();
-    w.Flush();
-  };
   const SecondPartWalker who = GetSecondPartWalkerForTests();  // tests force either path
   const bool helper_path = who == SecondPartWalker::kHelperPath, caller_all = who == SecondPartWalker::kCallerWalksOn;
   auto helper_takes = [&](ClaimOnce& claim) { return helper_path || (!caller_all && claim.Claim()); };
@@ -321,12 +231,12 @@ ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t tot
     }
     YieldUntil([&] { return chosen.load(std::memory_order_acquire); });
     if (code_for_helper != nullptr && helper_takes(put_second)) {
-      put_second_half(*code_for_helper);
+      (void)StreamOf(half[1], *code_for_helper, &buffer[1]);
       second_put.store(true, std::memory_order_release);
     }
     return Status::Ok();
   };
-  ValueCodec codec = ValueCodec::kHuffman;
+  ValueCodec codec = ValueCodec::kHuffmanStreams;
   auto main = [&] {
     count[0].Count(half[0]);
     if (caller_takes(count_second))
@@ -336,14 +246,10 @@ ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t tot
     const SymbolCounts* parts[2] = {&count[0], &count[1]};
     codec = FinishValues(
         runs, parts, zstd_level, out,
-        [&](const HuffmanEncoder& code, BitWriter::Local& w) {
-          PutRunSymbols(half[0], code, w);
-          if (caller_takes(put_second)) {
-            PutRunSymbols(half[1], code, w);
-            return;
-          }
+        [&](const HuffmanEncoder& code, size_t i) {
+          if (i == 0 || caller_takes(put_second)) return StreamOf(half[i], code, &buffer[i]);
           YieldUntil([&] { return second_put.load(std::memory_order_acquire); });
-          w.AppendBits(*second_out, second_nbits);
+          return std::span<const uint8_t>(buffer[1]);
         },
         [&](const HuffmanEncoder* code) {
           code_for_helper = code;
@@ -360,36 +266,31 @@ ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t tot
 
 }  // namespace
 
-ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads) {
+ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads,
+                        uint64_t streams_min) {
+  DCR_CHECK(streams_min >= 2);
   uint64_t total = 0;
   for (const ValueRun& r : runs) total += r.count;
-  if (threads >= 2 && total >= kConcurrentValuesMin) return EncodeValuesOnTwoThreads(runs, total, zstd_level, out);
-  thread_local SymbolCounts counts;
-  counts.Count(runs);
-  const SymbolCounts* parts[1] = {&counts};
-  return FinishValues(
-      runs, parts, zstd_level, out, [&](const HuffmanEncoder& code, BitWriter::Local& w) { PutRunSymbols(runs, code, w); },
-      [](const HuffmanEncoder*) {});
-}
-
-Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                    std::span<std::vector<uint8_t>* const> outs) {
-  DCR_CHECK(runs.size() == outs.size());
-  if (codec == ValueCodec::kHuffman) return DecodeHuffman(stored, runs, outs);
-  if (codec != ValueCodec::kPlanesRaw && codec != ValueCodec::kPlanesZstd)
-    return Corrupt("value codec " + std::to_string(static_cast<int>(codec)));
-  uint64_t total = 0;
-  for (const ValueRun& r : runs) total += r.count * r.width;
-  std::vector<uint8_t> planes;
-  DCR_RETURN_IF_ERROR(DecompressSection(codec == ValueCodec::kPlanesZstd ? SectionCodec::kZstd : SectionCodec::kRaw,
-                                        stored, total, &planes));
-  uint64_t at = 0;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const uint64_t n = runs[k].count * runs[k].width;
-    FromBytePlanes(std::span<const uint8_t>(planes).subspan(at, n), runs[k].width, outs[k]);
-    at += n;
+  if (threads >= 2 && total >= std::max(kConcurrentValuesMin, streams_min))
+    return EncodeValuesOnTwoThreads(runs, total, zstd_level, out);
+  thread_local SymbolCounts counts[2];
+  thread_local std::vector<ValueRun> halves[2];
+  thread_local std::vector<uint8_t> stream_buffers[2];
+  const bool two = total >= streams_min;
+  if (two) {
+    CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves[0], &halves[1]);
+    counts[0].Count(halves[0]);
+    counts[1].Count(halves[1]);
+  } else {
+    counts[0].Count(runs);
   }
-  return Status::Ok();
+  const SymbolCounts* parts[2] = {&counts[0], &counts[1]};
+  return FinishValues(
+      runs, std::span<const SymbolCounts* const>(parts, two ? 2 : 1), zstd_level, out,
+      [&](const HuffmanEncoder& code, size_t i) {
+        return StreamOf(two ? std::span<const ValueRun>(halves[i]) : runs, code, &stream_buffers[i]);
+      },
+      [](const HuffmanEncoder*) {});
 }
 
 }  // namespace dcr

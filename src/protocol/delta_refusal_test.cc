@@ -349,7 +349,7 @@ TEST_F(DeltaRefusal, ResignedFooterThatLiesIsRefusedAndTargetUnchanged) {
       {"base_tags not hex", [](Json& f) { f["base_tags"] = std::string(f["base_tags"].get<std::string>().size(), 'g'); }, StatusCode::kCorrupt},
       {"base_tags missing", [](Json& f) { f.erase("base_tags"); }, StatusCode::kCorrupt},
       {"format name", [](Json& f) { f["format"] = "other"; }, StatusCode::kCorrupt},
-      {"version 5", [](Json& f) { f["version"] = 5; }, StatusCode::kUnsupported},
+      {"the next version", [](Json& f) { f["version"] = kDeltaFormatVersion + 1; }, StatusCode::kUnsupported},
       {"version 0", [](Json& f) { f["version"] = 0; }, StatusCode::kUnsupported},
       {"version 1 without tags", [](Json& f) { f["version"] = 1; }, StatusCode::kCorrupt},
       {"missing payloads", [](Json& f) { f.erase("payloads"); }, StatusCode::kCorrupt},

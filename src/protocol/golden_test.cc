@@ -65,7 +65,8 @@ void MakeGoldenCheckpoints(const fs::path& dir, uint32_t version) {
 }
 
 constexpr const char* kGoldenDeltas[] = {"xor.dcr", "overwrite.dcr", "context.dcr"};
-// From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3).
+// From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3); from
+// format 5 with its values in two Huffman streams (value codec 3).
 constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
 
 // Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
@@ -88,6 +89,7 @@ void WriteGoldenDeltas(const fs::path& from, const fs::path& to) {
   DiffOptions o;
   o.encode.context = Context::kAlways;
   o.encode.band_part_elements = 4096;
+  o.encode.value_streams_min = 256;  // from format 5: the values in two Huffman streams
   o.chunk_bytes = 1 << 20;
   ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenPartsDelta).string(), o).ok());
 }
@@ -146,8 +148,8 @@ TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
   }
 }
 
-// context_parts.dcr (from format 4) is one payload in mode 3 with 4 parts, and takes its base to
-// its target exactly.
+// context_parts.dcr (from format 4) is one payload in mode 3 with 4 parts (from format 5 its
+// values in two Huffman streams, value codec 3), and takes its base to its target exactly.
 TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
   for (uint32_t version = 4; version <= kDeltaFormatVersion; ++version) {
     const fs::path dir = GoldenDir(version);
@@ -162,6 +164,7 @@ TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
     ASSERT_GE(loc.size(), 2u);
     EXPECT_GE(loc[0], 2) << "bands";
     EXPECT_EQ(loc.at(loc[0]), 4) << "parts";
+    EXPECT_EQ(layout.val_codec, version >= 5 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << "format " << version;
     for (int threads : {1, 2}) {
       TempDir work("dcr_golden_");
       fs::copy_file(dir / "base.safetensors", work / "t.safetensors");

@@ -1,0 +1,222 @@
+// Codec tests: the value section in streams (codec 3, docs/format.md §2.3). The encoder writes
+// two streams from the threshold on, the same bytes on one thread and on two (either thread
+// taking the second stream); sections written from the format description with 2..8 streams
+// decode, share by share in any order or on two threads at once; broken stream headers, lengths,
+// escapes and cuts are kCorrupt with the same error however the shares were run.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/band_context.h"
+#include "codec/payload_codec.h"
+#include "codec/payload_craft_test_support.h"
+#include "codec/value_coding.h"
+
+namespace dcr {
+namespace {
+
+// Runs of the given widths with `n` values each: mostly small XOR masks, some escaped.
+struct Values {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ValueRun> runs;
+  uint64_t total = 0;
+};
+
+Values MakeValues(const std::vector<std::pair<uint32_t, uint64_t>>& shape, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  Values v;
+  for (auto [width, n] : shape) {
+    std::vector<uint8_t> b(n * width);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t x = (uint64_t{1} << (1 + rng() % 4)) - 1;  // 0x1, 0x3, 0x7, 0xf
+      if (rng() % 50 == 0) x = rng();                      // escaped, or a rare small value
+      if (width == 1) x &= 0xff;
+      std::memcpy(b.data() + i * width, &x, width);
+    }
+    v.bytes.push_back(std::move(b));
+    v.total += n;
+  }
+  for (size_t k = 0; k < shape.size(); ++k) v.runs.push_back({shape[k].first, shape[k].second, v.bytes[k]});
+  return v;
+}
+
+// Decodes `stored` with DecodeValues; the values must equal v's.
+Status DecodeInto(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, std::vector<std::vector<uint8_t>>* out) {
+  std::vector<ValueRun> runs;
+  for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
+  out->assign(runs.size(), {});
+  std::vector<std::vector<uint8_t>*> outs;
+  for (auto& o : *out) outs.push_back(&o);
+  return DecodeValues(codec, stored, runs, outs);
+}
+
+// The shares run as asked: 0 then 1, 1 then 0, or on two threads at once. Returns Result().
+Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, int how,
+                      std::vector<std::vector<uint8_t>>* out) {
+  std::vector<ValueRun> runs;
+  for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
+  out->assign(runs.size(), {});
+  std::vector<std::vector<uint8_t>*> outs;
+  for (auto& o : *out) outs.push_back(&o);
+  ValueSectionDecoder d(codec, stored, runs, outs);
+  if (how == 0) d.DecodeShare(0), d.DecodeShare(1);
+  if (how == 1) d.DecodeShare(1), d.DecodeShare(0);
+  if (how == 2) {
+    std::thread t([&] { d.DecodeShare(1); });
+    d.DecodeShare(0);
+    t.join();
+  }
+  return d.Result();
+}
+
+HuffmanSection SectionOf(const Values& v) {
+  HuffmanSection h;
+  for (const ValueRun& r : v.runs) h.AddValues(r.bytes, r.width);
+  h.FlatLengths();
+  return h;
+}
+
+TEST(ValueStreams, EncoderWritesTwoStreamsFromTheThresholdTheSameOnAnyThreadCount) {
+  for (uint64_t n : {uint64_t{999}, uint64_t{1000}, uint64_t{40001}}) {
+    // The cut between the streams falls inside a run of every width.
+    const Values v = MakeValues({{2, n / 2}, {1, n / 8}, {4, n / 8}, {8, n - n / 2 - n / 4}}, static_cast<uint32_t>(n));
+    std::vector<uint8_t> one;
+    const ValueCodec codec = EncodeValues(v.runs, 3, &one, 1, 1000);
+    EXPECT_EQ(codec, n >= 1000 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << n;
+    std::vector<std::vector<uint8_t>> back;
+    ASSERT_TRUE(DecodeInto(codec, one, v, &back).ok()) << n;
+    for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << n << " run " << k;
+    // Two threads (from kConcurrentValuesMin values), with either thread writing stream 1.
+    for (SecondPartWalker who : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn}) {
+      SetSecondPartWalkerForTests(who);
+      std::vector<uint8_t> two;
+      EXPECT_EQ(EncodeValues(v.runs, 3, &two, 2, 1000), codec);
+      EXPECT_EQ(two, one) << n << " values, walker " << static_cast<int>(who);
+    }
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  }
+  // The default threshold: codec 2 below it, and about 5 bytes more at it.
+  const Values below = MakeValues({{2, kValueStreamsMin - 1}}, 3), at = MakeValues({{2, kValueStreamsMin}}, 3);
+  std::vector<uint8_t> a, b;
+  EXPECT_EQ(EncodeValues(below.runs, 3, &a), ValueCodec::kHuffman);
+  EXPECT_EQ(EncodeValues(at.runs, 3, &b), ValueCodec::kHuffmanStreams);
+  EXPECT_LT(b.size(), a.size() + 8);
+}
+
+TEST(ValueStreams, SectionsWrittenFromTheFormatDecodeShareByShareInAnyOrder) {
+  const Values v = MakeValues({{2, 3001}, {4, 700}, {1, 299}}, 5);
+  const HuffmanSection h = SectionOf(v);
+  ASSERT_FALSE(h.escapes.empty());
+  for (size_t streams : {2, 3, 5, 8}) {
+    const std::vector<uint8_t> bytes = h.StreamsBytes(streams);
+    for (int how : {0, 1, 2}) {
+      std::vector<std::vector<uint8_t>> back;
+      const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back);
+      ASSERT_TRUE(s.ok()) << streams << " streams, order " << how << ": " << s.ToString();
+      for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << streams << " streams, run " << k;
+    }
+  }
+  // One value per stream at most: 4000 values in 8 streams, 8 values in 8.
+  const Values few = MakeValues({{2, 8}}, 6);
+  std::vector<std::vector<uint8_t>> back;
+  ASSERT_TRUE(DecodeInto(ValueCodec::kHuffmanStreams, SectionOf(few).StreamsBytes(8), few, &back).ok());
+  EXPECT_EQ(back[0], few.bytes[0]);
+}
+
+TEST(ValueStreams, BrokenStreamsAreCorruptWithTheSameErrorInEveryOrder) {
+  const Values v = MakeValues({{2, 3001}, {4, 700}, {1, 299}}, 7);
+  const HuffmanSection h = SectionOf(v);
+  using S = HuffmanSection::Streams;
+  auto check = [&](const std::string& what, const std::vector<uint8_t>& bytes) {
+    std::vector<std::vector<uint8_t>> back;
+    const Status first = DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, 0, &back);
+    EXPECT_EQ(first.code(), StatusCode::kCorrupt) << what << ": " << first.ToString();
+    for (int how : {1, 2}) EXPECT_EQ(DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back).ToString(), first.ToString()) << what;
+  };
+  check("stream count 0", h.StreamsBytes(2, [](S& s) { s.count = 0; }));
+  check("stream count 1", h.StreamsBytes(2, [](S& s) { s.count = 1; }));
+  check("stream count 9", h.StreamsBytes(2, [](S& s) { s.count = 9; }));
+  check("stream count 3 for 2 streams' fields", h.StreamsBytes(2, [](S& s) { s.count = 3; }));
+  {
+    // More streams than values: 3 values in 4 streams (as written for 2).
+    const Values tiny = MakeValues({{2, 3}}, 8);
+    std::vector<std::vector<uint8_t>> back;
+    const auto bytes = SectionOf(tiny).StreamsBytes(2, [](S& s) { s.count = 4; });
+    EXPECT_EQ(DecodeByShares(ValueCodec::kHuffmanStreams, bytes, tiny, 0, &back).code(), StatusCode::kCorrupt);
+  }
+  check("stream 0 one byte longer", h.StreamsBytes(2, [](S& s) { ++s.lengths[0]; }));
+  check("stream 0 one byte shorter", h.StreamsBytes(2, [](S& s) { --s.lengths[0]; }));
+  check("stream 0 past the section", h.StreamsBytes(2, [](S& s) { s.lengths[0] = 1 << 30; }));
+  check("stream 1 of 3 past the section", h.StreamsBytes(3, [](S& s) { s.lengths[1] += s.bits[2].size() + 1; }));
+  check("an escape counted in the wrong stream", h.StreamsBytes(2, [](S& s) {
+    s.escape_bytes[0] -= 2, s.escape_bytes[1] += 2;
+  }));
+  check("escapes past the section", h.StreamsBytes(2, [](S& s) { s.escape_bytes[1] = 1 << 30; }));
+  check("an unused escape byte", h.StreamsBytes(2, [](S& s) { ++s.escape_bytes[1], s.escapes[1].push_back(0); }));
+  check("a trailing byte in the last stream", h.StreamsBytes(2, [](S& s) { s.bits[1].push_back(0); }));
+  check("stream 1 missing its last byte", h.StreamsBytes(2, [](S& s) { s.bits[1].pop_back(); }));
+  check("16 symbols cut into the wrong stream", [&] {
+    // Stream 0 written with 16 symbols fewer and stream 1 with them: the cut is derived.
+    HuffmanSection moved = h;
+    const size_t n = h.symbols.size(), cut = n / 2 - 16;
+    std::vector<uint8_t> first, second;
+    moved.PutStream(0, cut, &first);
+    moved.PutStream(cut, n, &second);
+    return h.StreamsBytes(2, [&](S& s) { s.bits = {first, second}, s.lengths = {first.size()}; });
+  }());
+  check("truncated stream header", [&] {
+    std::vector<uint8_t> b = h.StreamsBytes(2);
+    b.resize(h.TableBytes().size() + 2);
+    return b;
+  }());
+  check("empty section", {});
+  // A broken stream 1 is reported as stream 1, after a good stream 0.
+  std::vector<std::vector<uint8_t>> back;
+  const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, h.StreamsBytes(2, [](S& s) { s.bits[1].push_back(0); }), v, 2, &back);
+  EXPECT_NE(s.message().find("value stream 1"), std::string::npos) << s.ToString();
+}
+
+// Through the payload: a codec-3 payload decodes alike on one and two threads, and a broken
+// stream gives one and the same error.
+TEST(ValueStreams, PayloadsDecodeAndFailAlikeOnOneAndTwoThreads) {
+  std::mt19937_64 rng(9);
+  const uint64_t n = 60000;
+  std::vector<uint8_t> base(n * 2), next;
+  for (auto& b : base) b = static_cast<uint8_t>(rng());
+  next = base;
+  for (uint64_t i = 0; i < n; ++i)
+    if (rng() % 4 == 0) next[i * 2] ^= static_cast<uint8_t>(1 + rng() % 7);
+  EncodeOptions opt;
+  opt.value_streams_min = 1000;
+  PayloadBuilder b(opt);
+  ASSERT_GT(b.AddDiff({2, DType::kBF16, ValueKind::kXor, 0, n}, base, next), 10000u);
+  std::vector<uint8_t> p;
+  b.Finish({7, 1, 2}, &p, 2);
+  ASSERT_EQ(p[kValCodec], static_cast<uint8_t>(ValueCodec::kHuffmanStreams));
+  DecodedPayload one, two;
+  ASSERT_TRUE(DecodePayload(p, &one, {}, 1).ok());
+  ASSERT_TRUE(DecodePayload(p, &two, {}, 2).ok());
+  EXPECT_EQ(one.segments[0].changes.values, two.segments[0].changes.values);
+  std::vector<uint8_t> applied = base;
+  ASSERT_TRUE(ApplySegment(one.segments[0], applied).ok());
+  EXPECT_EQ(applied, next);
+  // The section re-written with stream 0 one byte longer.
+  const uint64_t table_len = Field(p, kTableLen, 4), loc_stored = Field(p, kLocStored, 8);
+  const size_t val_at = kPayloadHeaderBytes + table_len + loc_stored;
+  HuffmanSection h;
+  h.AddValues(one.segments[0].changes.values, 2);
+  h.FlatLengths();
+  const auto broken = WithValueSection(p, ValueCodec::kHuffmanStreams, h.StreamsBytes(2, [](HuffmanSection::Streams& s) {
+    ++s.lengths[0];
+  }));
+  ASSERT_GT(broken.size(), val_at);
+  const Status e1 = DecodePayload(broken, &one, {}, 1), e2 = DecodePayload(broken, &two, {}, 2);
+  EXPECT_EQ(e1.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(e1.ToString(), e2.ToString());
+}
+
+}  // namespace
+}  // namespace dcr

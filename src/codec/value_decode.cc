@@ -1,0 +1,204 @@
+// Value section decoding (docs/format.md §2.3): the byte-plane forms, symbol Huffman in one
+// stream (codec 2) and in several (codec 3), whose streams any thread may decode.
+#include <algorithm>
+#include <cstring>
+
+#include "codec/section_coding.h"
+#include "codec/value_coding.h"
+#include "codec/value_symbols.h"
+
+namespace dcr {
+namespace {
+
+using value_symbols::kAlphabet;
+using value_symbols::kEscape;
+using value_symbols::LoadValue;
+using value_symbols::StreamStart;
+using value_symbols::WithWidth;
+
+// Decodes n values of type U into dst: symbols below kEscape are the value, kEscape takes the
+// next sizeof(U) bytes of `escapes` from *e on.
+template <typename U>
+Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
+                     uint8_t* dst) {
+  for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
+    // Common codes, several per lookup (values of at least two bytes, where every symbol below
+    // the escape is a valid value): four lookups of at most kFastBits bits each fit in one
+    // refilled window, and each writes kMultiSymbols slots, of which the next step overwrites
+    // the unused ones.
+    if constexpr (sizeof(U) >= 2) {
+      static_assert(4 * 10 <= 56, "four lookups per refill");
+      while (n - i >= 4 * HuffmanDecoder::kMultiSymbols && bits.HasWindow()) {
+        bits.RefillWindow();
+        int k = 0;
+        for (; k < 4; ++k) {
+          const uint64_t m = code.PeekMulti(bits);
+          const int c = HuffmanDecoder::MultiCount(m);
+          if (c == 0) break;
+          for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
+            const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
+            std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
+          }
+          bits.SkipInWindow(HuffmanDecoder::MultiBits(m));
+          dst += c * sizeof(U);
+          i += static_cast<uint64_t>(c);
+        }
+        if (k < 4) break;  // a long code or an escape: one symbol the general way
+      }
+      if (i == n) break;
+    }
+    uint32_t sym;
+    if (bits.HasWindow()) {  // the common case: no refill branch, no per-symbol length check
+      bits.RefillWindow();
+      sym = code.GetInWindow(bits);
+    } else {
+      sym = code.Get(bits);
+      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
+    }
+    if (sym < kEscape) [[likely]] {
+      if (sizeof(U) == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
+      const U v = static_cast<U>(sym);
+      std::memcpy(dst, &v, sizeof(U));
+      continue;
+    }
+    if (bits.overrun()) return Corrupt("value symbols truncated or invalid");  // GetLong failed
+    if (escapes.size() - *e < sizeof(U)) return Corrupt("value escapes exhausted");
+    std::memcpy(dst, escapes.data() + *e, sizeof(U));
+    *e += sizeof(U);
+    if (LoadValue(dst, sizeof(U)) < kEscape) return Corrupt("escaped value below the escape threshold");
+  }
+  // GetLong signals an invalid code only through the overrun flag, with symbol 0.
+  if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
+  return Status::Ok();
+}
+
+Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                     std::span<std::vector<uint8_t>* const> outs) {
+  ByteReader r(stored);
+  HuffmanDecoder code;
+  DCR_RETURN_IF_ERROR(code.ReadTable(r, kAlphabet));
+  code.BuildMultiTable(kEscape);
+  uint64_t escape_len = 0;
+  std::span<const uint8_t> escapes;
+  if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes)) return Corrupt("value escapes truncated");
+  BitReader bits(r.Rest());
+  size_t e = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ValueRun& run = runs[k];
+    outs[k]->resize(run.count * run.width);
+    Status s = WithWidth(run.width, [&](auto zero) {
+      return DecodeSymbols<decltype(zero)>(code, bits, escapes, &e, run.count, outs[k]->data());
+    });
+    DCR_RETURN_IF_ERROR(s);
+  }
+  if (e != escapes.size()) return Corrupt("unused value escapes");
+  if (bits.bytes_consumed() != r.remaining()) return Corrupt("trailing bytes after the value symbols");
+  return Status::Ok();
+}
+
+
+// Codecs 0 and 1.
+Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                    std::span<std::vector<uint8_t>* const> outs) {
+  uint64_t total = 0;
+  for (const ValueRun& r : runs) total += r.count * r.width;
+  std::vector<uint8_t> planes;
+  DCR_RETURN_IF_ERROR(DecompressSection(codec == ValueCodec::kPlanesZstd ? SectionCodec::kZstd : SectionCodec::kRaw,
+                                        stored, total, &planes));
+  uint64_t at = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const uint64_t n = runs[k].count * runs[k].width;
+    FromBytePlanes(std::span<const uint8_t>(planes).subspan(at, n), runs[k].width, outs[k]);
+    at += n;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ValueSectionDecoder::ValueSectionDecoder(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                                         std::span<std::vector<uint8_t>* const> outs)
+    : codec_(codec), stored_(stored), runs_(runs), outs_(outs) {
+  DCR_CHECK(runs.size() == outs.size());
+  for (const ValueRun& r : runs) total_ += r.count;
+}
+
+Status ValueSectionDecoder::Prepare() {
+  if (codec_ != ValueCodec::kHuffmanStreams) {
+    if (codec_ > ValueCodec::kHuffman) return Corrupt("value codec " + std::to_string(static_cast<int>(codec_)));
+    return Status::Ok();  // one stream, decoded whole
+  }
+  ByteReader r(stored_);
+  DCR_RETURN_IF_ERROR(code_.ReadTable(r, kAlphabet));
+  code_.BuildMultiTable(kEscape);
+  uint8_t s = 0;
+  if (!r.ReadByte(&s)) return Corrupt("value streams truncated");
+  if (s < 2 || s > kMaxValueStreams || s > total_)
+    return Corrupt("value section of " + std::to_string(total_) + " values in " + std::to_string(s) + " streams");
+  std::array<uint64_t, kMaxValueStreams> escape_bytes{}, stream_bytes{};
+  for (size_t i = 0; i < s; ++i)
+    if (!r.ReadVarint(&escape_bytes[i])) return Corrupt("value streams truncated");
+  for (size_t i = 0; i + 1 < s; ++i)
+    if (!r.ReadVarint(&stream_bytes[i])) return Corrupt("value streams truncated");
+  for (size_t i = 0; i < s; ++i)
+    if (!r.ReadBytes(escape_bytes[i], &escapes_[i]))
+      return Corrupt("value stream " + std::to_string(i) + ": escapes run past the section");
+  for (size_t i = 0; i + 1 < s; ++i)
+    if (!r.ReadBytes(stream_bytes[i], &bits_[i]))
+      return Corrupt("value stream " + std::to_string(i) + " runs past the section");
+  bits_[s - 1] = r.Rest();
+  streams_ = s;
+  for (size_t k = 0; k < runs_.size(); ++k) outs_[k]->resize(runs_[k].count * runs_[k].width);
+  return Status::Ok();
+}
+
+Status ValueSectionDecoder::DecodeStream(size_t i) {
+  if (codec_ == ValueCodec::kHuffman) return DecodeHuffman(stored_, runs_, outs_);
+  if (codec_ != ValueCodec::kHuffmanStreams) return DecodePlanes(codec_, stored_, runs_, outs_);
+  const std::string name = "value stream " + std::to_string(i);
+  const uint64_t from = StreamStart(total_, streams_, i), to = StreamStart(total_, streams_, i + 1);
+  BitReader bits(bits_[i]);
+  size_t e = 0;
+  uint64_t first = 0;  // the payload-order index of run k's first value
+  for (size_t k = 0; k < runs_.size() && first < to; first += runs_[k].count, ++k) {
+    const uint64_t lo = std::max(from, first), hi = std::min(to, first + runs_[k].count);
+    if (lo >= hi) continue;
+    const uint32_t w = runs_[k].width;
+    DCR_RETURN_IF_ERROR(WithWidth(w, [&](auto zero) {
+                          return DecodeSymbols<decltype(zero)>(code_, bits, escapes_[i], &e, hi - lo,
+                                                               outs_[k]->data() + (lo - first) * w);
+                        }).WithContext(name));
+  }
+  if (e != escapes_[i].size()) return Corrupt(name + ": unused value escapes");
+  if (bits.bytes_consumed() != bits_[i].size()) return Corrupt(name + ": trailing bytes after its symbols");
+  return Status::Ok();
+}
+
+void ValueSectionDecoder::DecodeShare(int share) {
+  DCR_CHECK(share == 0 || share == 1);
+  if (prepare_claim_.Claim()) {
+    prepared_status_ = Prepare();
+    prepared_.store(true, std::memory_order_release);
+  } else {
+    YieldUntil([&] { return prepared_.load(std::memory_order_acquire); });
+  }
+  if (!prepared_status_.ok()) return;
+  for (size_t i = static_cast<size_t>(share); i < streams_; i += 2) status_[i] = DecodeStream(i);
+}
+
+Status ValueSectionDecoder::Result() const {
+  if (!prepared_status_.ok()) return prepared_status_;
+  for (size_t i = 0; i < streams_; ++i)
+    if (!status_[i].ok()) return status_[i];
+  return Status::Ok();
+}
+
+Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
+                    std::span<std::vector<uint8_t>* const> outs) {
+  ValueSectionDecoder decoder(codec, stored, runs, outs);
+  decoder.DecodeShare(0);
+  decoder.DecodeShare(1);
+  return decoder.Result();
+}
+
+}  // namespace dcr
