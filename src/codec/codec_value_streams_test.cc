@@ -179,8 +179,8 @@ TEST(ValueStreams, BrokenStreamsAreCorruptWithTheSameErrorInEveryOrder) {
   EXPECT_NE(s.message().find("value stream 1"), std::string::npos) << s.ToString();
 }
 
-// Through the payload: a codec-3 payload decodes alike on one and two threads, and a broken
-// stream gives one and the same error.
+// Through the payload: a codec-3 payload is the same encoded on one and two threads (plain and
+// context mode), decodes alike on both, and a broken stream gives one and the same error.
 TEST(ValueStreams, PayloadsDecodeAndFailAlikeOnOneAndTwoThreads) {
   std::mt19937_64 rng(9);
   const uint64_t n = 60000;
@@ -191,11 +191,29 @@ TEST(ValueStreams, PayloadsDecodeAndFailAlikeOnOneAndTwoThreads) {
     if (rng() % 4 == 0) next[i * 2] ^= static_cast<uint8_t>(1 + rng() % 7);
   EncodeOptions opt;
   opt.value_streams_min = 1000;
-  PayloadBuilder b(opt);
-  ASSERT_GT(b.AddDiff({2, DType::kBF16, ValueKind::kXor, 0, n}, base, next), 10000u);
-  std::vector<uint8_t> p;
-  b.Finish({7, 1, 2}, &p, 2);
+  auto encode = [&](const EncodeOptions& o, int threads) {
+    PayloadBuilder b(o);
+    EXPECT_GT(b.AddDiff({2, DType::kBF16, ValueKind::kXor, 0, n}, base, next), 10000u);
+    std::vector<uint8_t> p;
+    b.Finish({7, 1, 2}, &p, threads);
+    return p;
+  };
+  const std::vector<uint8_t> p = encode(opt, 2);
   ASSERT_EQ(p[kValCodec], static_cast<uint8_t>(ValueCodec::kHuffmanStreams));
+  EXPECT_EQ(encode(opt, 1), p);
+  // In context mode the two streams' stages are shared with the banded code's parts: the same
+  // bytes as one thread, however the parts go.
+  EncodeOptions ctx = opt;
+  ctx.context = EncodeOptions::Context::kAlways;
+  ctx.band_part_elements = 8192;
+  const std::vector<uint8_t> c1 = encode(ctx, 1);
+  ASSERT_EQ(c1[kValCodec], static_cast<uint8_t>(ValueCodec::kHuffmanStreams));
+  ASSERT_EQ(c1[kMode], static_cast<uint8_t>(CodecMode::kContextParts));
+  for (SecondPartWalker who : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn}) {
+    SetSecondPartWalkerForTests(who);
+    for (int rep = 0; rep < 20; ++rep) EXPECT_EQ(encode(ctx, 2), c1) << "walker " << static_cast<int>(who);
+  }
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   DecodedPayload one, two;
   ASSERT_TRUE(DecodePayload(p, &one, {}, 1).ok());
   ASSERT_TRUE(DecodePayload(p, &two, {}, 2).ok());

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <optional>
+
 #include "base/thread_pool.h"
 #include "codec/band_context.h"
 #include "codec/bit_stream.h"
@@ -134,24 +136,26 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   size_t loc_at = 0, val_at = 0;
   SectionCodec loc_codec = SectionCodec::kRaw;
   // The sections are independent: where the location code is still to be made (context mode
-  // possible), a second thread codes the values into their own buffer meanwhile, and may walk
+  // possible), a second thread codes the values meanwhile (or a stream of them), and may walk
   // half of the old bits for the banded code; with fewer than kConcurrentSectionsMinChanges
   // changes, only where the banded code uses the helper anyway (EncodeUsesHelper). A plain-only
   // code was made segment by segment in AddChanges, and nothing here would overlap the values.
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
                             (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
-  values_.clear();
-  ClaimableTask values_task([&] {
-    val_codec = EncodeValues(runs_, options_.zstd_level, &values_, 1, options_.value_streams_min);
-    return Status::Ok();
-  });
+  // Shared, the value section is two chained tasks: a thread done with its location work
+  // takes the stages (each stream's counts and bits) the other has not.
+  std::optional<ValueSectionEncoder> values;
+  if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min);
+  ClaimableTask values_second([&] { return values->Work(1), Status::Ok(); });
+  ClaimableTask values_task([&] { return values->Work(0), Status::Ok(); });
+  values_task.Then(&values_second);
   mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
   loc_at = out->size();
   loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
   if (share_values) {
     (void)values_task.RunIfUnclaimed();
     val_at = out->size();
-    out->insert(out->end(), values_.begin(), values_.end());
+    val_codec = values->Write(out);
   } else {
     val_at = out->size();
     val_codec = EncodeValues(runs_, options_.zstd_level, out, threads, options_.value_streams_min);

@@ -123,7 +123,6 @@ class PayloadBuilder {
   std::vector<uint32_t> positions_;
   std::vector<size_t> position_ends_;
   std::vector<uint8_t> context_raw_;
-  std::vector<uint8_t> values_;  // the value section, when coded on a second thread
   size_t segments_ = 0;
   uint64_t changed_ = 0;
   SegmentSpec last_{};

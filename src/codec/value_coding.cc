@@ -100,7 +100,7 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
     for (uint32_t b = 0; b < width; ++b) out[i * width + b] = planes[b * n + i];
 }
 
-namespace {
+namespace value_symbols {
 
 // The symbol counts of some runs: four interleaved histograms (XOR masks repeat, 0x1, 0x3 ...,
 // and increments of one counter in a row would wait on each other's stores) and the escaped
@@ -128,54 +128,15 @@ struct SymbolCounts {
   }
 };
 
+}  // namespace value_symbols
+
+namespace {
+
+using value_symbols::SymbolCounts;
+
 void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, BitWriter::Local& w) {
   for (const ValueRun& r : runs)
     WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, w); });
-}
-
-// The section from the counts of its streams' values (`parts`: one stream, codec 2, or two,
-// codec 3, the counts of each stream's values). Huffman stored forms: table, then (codec 3) the
-// stream count, each stream's escape-byte count and all but the last stream's byte length, or
-// (codec 2) the escape-byte count; the escape bytes; the bit streams, each zero-padded to a byte,
-// which `stream_bits(code, i)` returns. `on_code` is called once the form is chosen, with the
-// Huffman code if it is that form (else null); stream_bits runs only after it.
-template <typename StreamFn, typename CodeFn>
-ValueCodec FinishValues(std::span<const ValueRun> runs, std::span<const SymbolCounts* const> parts, int zstd_level,
-                        std::vector<uint8_t>* out, StreamFn&& stream_bits, CodeFn&& on_code) {
-  std::vector<uint64_t> freq(kAlphabet, 0);
-  uint64_t values = 0, raw_bytes = 0, escape_bytes = 0;
-  for (const SymbolCounts* c : parts) {
-    c->AddTo(&freq);
-    values += c->values, raw_bytes += c->raw_bytes, escape_bytes += c->escaped.size();
-  }
-  DCR_CHECK(values > 0 && (parts.size() == 1 || parts.size() == 2));
-  HuffmanEncoder code(freq);
-  const uint64_t huffman_bytes = (code.CostBits(freq) + 7) / 8 + escape_bytes + 64;
-  // Few escapes: the symbol code is near the entropy and zstd is not worth running.
-  if (escape_bytes * 20 >= raw_bytes) {
-    std::vector<uint8_t> planes, packed;
-    for (const ValueRun& r : runs) ToBytePlanes(r.bytes, r.width, &planes);
-    SectionCodec c = CompressSection(planes, zstd_level, &packed);
-    if (packed.size() < huffman_bytes) {
-      on_code(nullptr);
-      out->insert(out->end(), packed.begin(), packed.end());
-      return c == SectionCodec::kZstd ? ValueCodec::kPlanesZstd : ValueCodec::kPlanesRaw;
-    }
-  }
-  on_code(&code);
-  code.WriteTable(out);
-  std::array<std::span<const uint8_t>, 2> streams;
-  for (size_t i = 0; i < parts.size(); ++i) streams[i] = stream_bits(code, i);
-  if (parts.size() == 2) {
-    out->push_back(2);
-    for (const SymbolCounts* c : parts) PutVarint(*out, c->escaped.size());
-    PutVarint(*out, streams[0].size());
-  } else {
-    PutVarint(*out, escape_bytes);
-  }
-  for (const SymbolCounts* c : parts) out->insert(out->end(), c->escaped.begin(), c->escaped.end());
-  for (size_t i = 0; i < parts.size(); ++i) out->insert(out->end(), streams[i].begin(), streams[i].end());
-  return parts.size() == 2 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman;
 }
 
 // The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer (replaced).
@@ -202,95 +163,122 @@ void CutRuns(std::span<const ValueRun> runs, uint64_t at, std::vector<ValueRun>*
   }
 }
 
-// EncodeValues for two streams (codec 3) on two threads: each thread counts the symbols of one
-// stream's values, the calling thread chooses the form and, for Huffman, writes stream 0 while the
-// helper writes stream 1 into its own buffer. Each stream goes to whichever thread claims it
-// first, so a late helper costs nothing; the bytes are one thread's.
-ValueCodec EncodeValuesOnTwoThreads(std::span<const ValueRun> runs, uint64_t total, int zstd_level,
-                                    std::vector<uint8_t>* out) {
-  // The calling thread's objects, also where the helper writes (it may serve another caller as
-  // soon as this call ends).
-  thread_local SymbolCounts counts[2];
+}  // namespace
+
+ValueSectionEncoder::ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min,
+                                         bool obey_walker_for_tests)
+    : runs_(runs), zstd_level_(zstd_level) {
+  DCR_CHECK(streams_min >= 2);
+  // This (calling) thread's buffers, also where a helper writes: they are reused from payload
+  // to payload (the counts' histograms are 128 KiB, which fresh ones would fault in each time).
+  thread_local value_symbols::SymbolCounts counts[2];
   thread_local std::vector<ValueRun> halves[2];
-  thread_local std::vector<uint8_t> stream_buffers[2];
-  CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves[0], &halves[1]);
-  SymbolCounts* const count = counts;
-  std::vector<uint8_t>* const buffer = stream_buffers;
-  const std::vector<ValueRun>* const half = halves;
-  ClaimOnce count_second, put_second;
-  std::atomic<bool> second_counted{false}, chosen{false}, second_put{false};
-  const HuffmanEncoder* code_for_helper = nullptr;
-  const SecondPartWalker who = GetSecondPartWalkerForTests();  // tests force either path
-  const bool helper_path = who == SecondPartWalker::kHelperPath, caller_all = who == SecondPartWalker::kCallerWalksOn;
-  auto helper_takes = [&](ClaimOnce& claim) { return helper_path || (!caller_all && claim.Claim()); };
-  auto caller_takes = [&](ClaimOnce& claim) { return caller_all || (!helper_path && claim.Claim()); };
-  auto side = [&] {
-    if (helper_takes(count_second)) {
-      count[1].Count(half[1]);
-      second_counted.store(true, std::memory_order_release);
-    }
-    YieldUntil([&] { return chosen.load(std::memory_order_acquire); });
-    if (code_for_helper != nullptr && helper_takes(put_second)) {
-      (void)StreamOf(half[1], *code_for_helper, &buffer[1]);
-      second_put.store(true, std::memory_order_release);
-    }
-    return Status::Ok();
-  };
-  ValueCodec codec = ValueCodec::kHuffmanStreams;
-  auto main = [&] {
-    count[0].Count(half[0]);
-    if (caller_takes(count_second))
-      count[1].Count(half[1]);
-    else
-      YieldUntil([&] { return second_counted.load(std::memory_order_acquire); });
-    const SymbolCounts* parts[2] = {&count[0], &count[1]};
-    codec = FinishValues(
-        runs, parts, zstd_level, out,
-        [&](const HuffmanEncoder& code, size_t i) {
-          if (i == 0 || caller_takes(put_second)) return StreamOf(half[i], code, &buffer[i]);
-          YieldUntil([&] { return second_put.load(std::memory_order_acquire); });
-          return std::span<const uint8_t>(buffer[1]);
-        },
-        [&](const HuffmanEncoder* code) {
-          code_for_helper = code;
-          chosen.store(true, std::memory_order_release);
-        });
-    return Status::Ok();
-  };
-  if (helper_path)
-    (void)RunConcurrently(side, main);
-  else
-    (void)OfferToHelper(side, main);
-  return codec;
+  thread_local std::vector<uint8_t> stream_buffers[2], packed;
+  counts_ = counts, halves_ = halves, buffers_ = stream_buffers, packed_ = &packed;
+  for (const ValueRun& r : runs) total_ += r.count;
+  DCR_CHECK(total_ > 0);
+  streams_ = total_ >= streams_min ? 2 : 1;
+  if (streams_ == 2) {
+    CutRuns(runs, value_symbols::StreamStart(total_, 2, 1), &halves_[0], &halves_[1]);
+  } else {
+    halves_[0].assign(runs.begin(), runs.end());
+    halves_[1].clear();
+  }
+  if (obey_walker_for_tests) walker_ = GetSecondPartWalkerForTests();
 }
 
-}  // namespace
+bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t stream, int first) {
+  if (walker_ == SecondPartWalker::kHelperPath && static_cast<int>(stream) != first) return false;
+  if (walker_ == SecondPartWalker::kCallerWalksOn && first != 0) return false;
+  return stage.Claim();
+}
+
+void ValueSectionEncoder::Work(int first) {
+  DCR_CHECK(first == 0 || first == 1);
+  const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
+  for (size_t i : order)
+    if (i < streams_ && Takes(count_claim_[i], i, first)) {
+      counts_[i].Count(halves_[i]);
+      counted_[i].store(true, std::memory_order_release);
+    }
+  YieldUntil([&] {
+    return counted_[0].load(std::memory_order_acquire) && (streams_ == 1 || counted_[1].load(std::memory_order_acquire));
+  });
+  if (Takes(choose_claim_, 0, first)) {
+    Choose();
+    chosen_.store(true, std::memory_order_release);
+  }
+  YieldUntil([&] { return chosen_.load(std::memory_order_acquire); });
+  if (!code_.has_value()) return;
+  for (size_t i : order)
+    if (i < streams_ && Takes(put_claim_[i], i, first)) {
+      (void)StreamOf(halves_[i], *code_, &buffers_[i]);
+      put_[i].store(true, std::memory_order_release);
+    }
+}
+
+// The form: symbol Huffman (codec 2 or 3) unless escapes are many and byte planes are smaller.
+void ValueSectionEncoder::Choose() {
+  std::vector<uint64_t> freq(kAlphabet, 0);
+  uint64_t raw_bytes = 0, escape_bytes = 0;
+  for (size_t i = 0; i < streams_; ++i) {
+    counts_[i].AddTo(&freq);
+    raw_bytes += counts_[i].raw_bytes, escape_bytes += counts_[i].escaped.size();
+  }
+  code_.emplace(freq);
+  const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;
+  // Few escapes: the symbol code is near the entropy and zstd is not worth running.
+  if (escape_bytes * 20 >= raw_bytes) {
+    std::vector<uint8_t> planes;
+    for (const ValueRun& r : runs_) ToBytePlanes(r.bytes, r.width, &planes);
+    packed_->clear();
+    const SectionCodec c = CompressSection(planes, zstd_level_, packed_);
+    if (packed_->size() < huffman_bytes) {
+      code_.reset();
+      planes_codec_ = c == SectionCodec::kZstd ? ValueCodec::kPlanesZstd : ValueCodec::kPlanesRaw;
+    }
+  }
+}
+
+ValueCodec ValueSectionEncoder::Write(std::vector<uint8_t>* out) {
+  YieldUntil([&] { return chosen_.load(std::memory_order_acquire); });
+  if (!code_.has_value()) {
+    out->insert(out->end(), packed_->begin(), packed_->end());
+    return planes_codec_;
+  }
+  for (size_t i = 0; i < streams_; ++i) YieldUntil([&] { return put_[i].load(std::memory_order_acquire); });
+  code_->WriteTable(out);
+  if (streams_ == 2) {
+    out->push_back(2);
+    for (size_t i = 0; i < 2; ++i) PutVarint(*out, counts_[i].escaped.size());
+    PutVarint(*out, buffers_[0].size());
+  } else {
+    PutVarint(*out, counts_[0].escaped.size());
+  }
+  for (size_t i = 0; i < streams_; ++i) out->insert(out->end(), counts_[i].escaped.begin(), counts_[i].escaped.end());
+  for (size_t i = 0; i < streams_; ++i) out->insert(out->end(), buffers_[i].begin(), buffers_[i].end());
+  return streams_ == 2 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman;
+}
 
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads,
                         uint64_t streams_min) {
-  DCR_CHECK(streams_min >= 2);
   uint64_t total = 0;
   for (const ValueRun& r : runs) total += r.count;
-  if (threads >= 2 && total >= std::max(kConcurrentValuesMin, streams_min))
-    return EncodeValuesOnTwoThreads(runs, total, zstd_level, out);
-  thread_local SymbolCounts counts[2];
-  thread_local std::vector<ValueRun> halves[2];
-  thread_local std::vector<uint8_t> stream_buffers[2];
-  const bool two = total >= streams_min;
-  if (two) {
-    CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves[0], &halves[1]);
-    counts[0].Count(halves[0]);
-    counts[1].Count(halves[1]);
+  const bool two_threads = threads >= 2 && total >= std::max(kConcurrentValuesMin, streams_min);
+  ValueSectionEncoder e(runs, zstd_level, streams_min, /*obey_walker_for_tests=*/two_threads);
+  if (two_threads) {
+    // Each thread counts and writes one stream; each stage goes to whichever thread claims it
+    // first, so a late helper costs nothing.
+    auto side = [&] { return e.Work(1), Status::Ok(); };
+    auto main = [&] { return e.Work(0), Status::Ok(); };
+    if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
+      (void)RunConcurrently(side, main);
+    else
+      (void)OfferToHelper(side, main);
   } else {
-    counts[0].Count(runs);
+    e.Work(0);
   }
-  const SymbolCounts* parts[2] = {&counts[0], &counts[1]};
-  return FinishValues(
-      runs, std::span<const SymbolCounts* const>(parts, two ? 2 : 1), zstd_level, out,
-      [&](const HuffmanEncoder& code, size_t i) {
-        return StreamOf(two ? std::span<const ValueRun>(halves[i]) : runs, code, &stream_buffers[i]);
-      },
-      [](const HuffmanEncoder*) {});
+  return e.Write(out);
 }
 
 }  // namespace dcr

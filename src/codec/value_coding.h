@@ -10,11 +10,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "codec/band_context.h"
 #include "codec/huffman.h"
 
 namespace dcr {
@@ -41,6 +43,45 @@ inline constexpr uint32_t kMaxValueStreams = 8;
 inline constexpr uint64_t kConcurrentValuesMin = kValueStreamsMin;
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads = 1,
                         uint64_t streams_min = kValueStreamsMin);
+
+namespace value_symbols {
+struct SymbolCounts;  // value_coding.cc
+}
+
+// Codes a value section in stages that two threads may share: each stream's symbol counts (one
+// stream, or from streams_min values two), the choice of form and code, each stream's bits.
+// Work(first) runs every stage no thread has claimed yet, stream `first`'s before the other's,
+// and waits only for stages another thread is running; Write appends the section once every
+// Work call has returned (Write waits for stages still running). The bytes are the same however
+// the stages were shared. Constructed on the thread that calls Write: the buffers are that
+// thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
+// settings force who takes what (kHelperPath: each Work only its own stream's stages and Work(0)
+// the choice; kCallerWalksOn: Work(0) everything).
+class ValueSectionEncoder {
+ public:
+  ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min = kValueStreamsMin,
+                      bool obey_walker_for_tests = false);
+  void Work(int first);
+  ValueCodec Write(std::vector<uint8_t>* out);
+
+ private:
+  bool Takes(ClaimOnce& stage, size_t stream, int first);
+  void Choose();
+
+  std::span<const ValueRun> runs_;
+  int zstd_level_;
+  uint64_t total_ = 0;
+  size_t streams_ = 1;
+  value_symbols::SymbolCounts* counts_ = nullptr;  // [2]
+  std::vector<ValueRun>* halves_ = nullptr;        // [2]: each stream's values
+  std::vector<uint8_t>* buffers_ = nullptr;        // [2]: each stream's bits
+  std::vector<uint8_t>* packed_ = nullptr;         // byte planes, when chosen
+  ClaimOnce count_claim_[2], choose_claim_, put_claim_[2];
+  std::atomic<bool> counted_[2] = {false, false}, chosen_{false}, put_[2] = {false, false};
+  std::optional<HuffmanEncoder> code_;  // empty: byte planes
+  ValueCodec planes_codec_ = ValueCodec::kPlanesRaw;
+  SecondPartWalker walker_ = SecondPartWalker::kClaimed;
+};
 
 // Decodes a value section in two shares, which two threads may take at once or one thread one
 // after the other: whichever share starts first also reads the code (the other waits for it);
