@@ -109,15 +109,14 @@ namespace value_symbols {
 struct SymbolCounts {
   std::vector<uint64_t> freq4 = std::vector<uint64_t>(4 * kAlphabet);
   std::vector<uint8_t> escaped;
-  uint64_t values = 0, raw_bytes = 0;
+  uint64_t raw_bytes = 0;
 
   void Count(std::span<const ValueRun> runs) {
     std::fill(freq4.begin(), freq4.end(), 0);
     escaped.clear();
-    values = raw_bytes = 0;
+    raw_bytes = 0;
     for (const ValueRun& r : runs) {
       DCR_CHECK(r.bytes.size() == r.count * r.width);
-      values += r.count;
       raw_bytes += r.bytes.size();
       WithWidth(r.width, [&](auto zero) { CountSymbols<decltype(zero)>(r.bytes.data(), r.count, freq4.data(), &escaped); });
     }

@@ -96,7 +96,6 @@ Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> 
   return Status::Ok();
 }
 
-
 // Codecs 0 and 1.
 Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                     std::span<std::vector<uint8_t>* const> outs) {
