@@ -51,9 +51,9 @@ struct SymbolCounts;  // value_coding.cc
 // Codes a value section in stages that two threads may share: each stream's symbol counts (one
 // stream, or from streams_min values two), the choice of form and code, each stream's bits.
 // Work(first) runs every stage no thread has claimed yet, stream `first`'s before the other's,
-// and waits only for stages another thread is running; Write appends the section once every
-// Work call has returned (Write waits for stages still running). The bytes are the same however
-// the stages were shared. Constructed on the thread that calls Write: the buffers are that
+// and waits only for stages another thread is running; Write, once Work has returned on some
+// thread, appends the section (waiting for stages another thread is still running). The bytes
+// are the same however the stages were shared. Constructed on the thread that calls Write: the buffers are that
 // thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
 // settings force who takes what (kHelperPath: each Work only its own stream's stages and Work(0)
 // the choice; kCallerWalksOn: Work(0) everything).
