@@ -43,25 +43,28 @@ Values MakeValues(const std::vector<std::pair<uint32_t, uint64_t>>& shape, uint3
   return v;
 }
 
-// Decodes `stored` with DecodeValues; the values must equal v's.
-Status DecodeInto(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, std::vector<std::vector<uint8_t>>* out) {
+// Decoder inputs for v's runs (widths and counts, no bytes) and their outputs, in *out.
+struct DecodeTargets {
   std::vector<ValueRun> runs;
-  for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
-  out->assign(runs.size(), {});
   std::vector<std::vector<uint8_t>*> outs;
-  for (auto& o : *out) outs.push_back(&o);
-  return DecodeValues(codec, stored, runs, outs);
+  DecodeTargets(const Values& v, std::vector<std::vector<uint8_t>>* out) {
+    for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
+    out->assign(runs.size(), {});
+    for (auto& o : *out) outs.push_back(&o);
+  }
+};
+
+// Decodes `stored` with DecodeValues into *out.
+Status DecodeInto(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, std::vector<std::vector<uint8_t>>* out) {
+  const DecodeTargets targets(v, out);
+  return DecodeValues(codec, stored, targets.runs, targets.outs);
 }
 
 // The shares run as asked: 0 then 1, 1 then 0, or on two threads at once. Returns Result().
 Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, int how,
                       std::vector<std::vector<uint8_t>>* out) {
-  std::vector<ValueRun> runs;
-  for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
-  out->assign(runs.size(), {});
-  std::vector<std::vector<uint8_t>*> outs;
-  for (auto& o : *out) outs.push_back(&o);
-  ValueSectionDecoder d(codec, stored, runs, outs);
+  const DecodeTargets targets(v, out);
+  ValueSectionDecoder d(codec, stored, targets.runs, targets.outs);
   if (how == 0) d.DecodeShare(0), d.DecodeShare(1);
   if (how == 1) d.DecodeShare(1), d.DecodeShare(0);
   if (how == 2) {

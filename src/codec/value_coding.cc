@@ -139,7 +139,7 @@ void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, B
 }
 
 // The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer (replaced).
-std::span<const uint8_t> StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::vector<uint8_t>* buffer) {
+void StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::vector<uint8_t>* buffer) {
   buffer->clear();
   BitWriter w(*buffer);
   {
@@ -147,7 +147,6 @@ std::span<const uint8_t> StreamOf(std::span<const ValueRun> runs, const HuffmanE
     PutRunSymbols(runs, code, symbols);
   }
   w.Flush();
-  return *buffer;
 }
 
 // `runs` cut at value `at`: the values before it as `first`, the rest as `second`.
@@ -174,11 +173,12 @@ ValueSectionEncoder::ValueSectionEncoder(std::span<const ValueRun> runs, int zst
   thread_local std::vector<ValueRun> halves[2];
   thread_local std::vector<uint8_t> stream_buffers[2], packed;
   counts_ = counts, halves_ = halves, buffers_ = stream_buffers, packed_ = &packed;
-  for (const ValueRun& r : runs) total_ += r.count;
-  DCR_CHECK(total_ > 0);
-  streams_ = total_ >= streams_min ? 2 : 1;
+  uint64_t total = 0;
+  for (const ValueRun& r : runs) total += r.count;
+  DCR_CHECK(total > 0);
+  streams_ = total >= streams_min ? 2 : 1;
   if (streams_ == 2) {
-    CutRuns(runs, value_symbols::StreamStart(total_, 2, 1), &halves_[0], &halves_[1]);
+    CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves_[0], &halves_[1]);
   } else {
     halves_[0].assign(runs.begin(), runs.end());
     halves_[1].clear();
@@ -211,7 +211,7 @@ void ValueSectionEncoder::Work(int first) {
   if (!code_.has_value()) return;
   for (size_t i : order)
     if (i < streams_ && Takes(put_claim_[i], i, first)) {
-      (void)StreamOf(halves_[i], *code_, &buffers_[i]);
+      StreamOf(halves_[i], *code_, &buffers_[i]);
       put_[i].store(true, std::memory_order_release);
     }
 }

@@ -53,8 +53,8 @@ struct SymbolCounts;  // value_coding.cc
 // Work(first) runs every stage no thread has claimed yet, stream `first`'s before the other's,
 // and waits only for stages another thread is running; Write, once Work has returned on some
 // thread, appends the section (waiting for stages another thread is still running). The bytes
-// are the same however the stages were shared. Constructed on the thread that calls Write: the buffers are that
-// thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
+// are the same however the stages were shared. Constructed on the thread that calls Write: the
+// buffers are that thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
 // settings force who takes what (kHelperPath: each Work only its own stream's stages and Work(0)
 // the choice; kCallerWalksOn: Work(0) everything).
 class ValueSectionEncoder {
@@ -70,7 +70,6 @@ class ValueSectionEncoder {
 
   std::span<const ValueRun> runs_;
   int zstd_level_;
-  uint64_t total_ = 0;
   size_t streams_ = 1;
   value_symbols::SymbolCounts* counts_ = nullptr;  // [2]
   std::vector<ValueRun>* halves_ = nullptr;        // [2]: each stream's values
@@ -109,7 +108,7 @@ class ValueSectionDecoder {
   ClaimOnce prepare_claim_;
   std::atomic<bool> prepared_{false};
   Status prepared_status_;
-  HuffmanDecoder code_;  // codec 3
+  HuffmanDecoder code_;  // codecs 2 and 3
   size_t streams_ = 1;
   std::array<std::span<const uint8_t>, kMaxValueStreams> escapes_{}, bits_{};
   std::array<Status, kMaxValueStreams> status_;

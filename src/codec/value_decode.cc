@@ -72,30 +72,6 @@ Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<cons
   return Status::Ok();
 }
 
-Status DecodeHuffman(std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                     std::span<std::vector<uint8_t>* const> outs) {
-  ByteReader r(stored);
-  HuffmanDecoder code;
-  DCR_RETURN_IF_ERROR(code.ReadTable(r, kAlphabet));
-  code.BuildMultiTable(kEscape);
-  uint64_t escape_len = 0;
-  std::span<const uint8_t> escapes;
-  if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes)) return Corrupt("value escapes truncated");
-  BitReader bits(r.Rest());
-  size_t e = 0;
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const ValueRun& run = runs[k];
-    outs[k]->resize(run.count * run.width);
-    Status s = WithWidth(run.width, [&](auto zero) {
-      return DecodeSymbols<decltype(zero)>(code, bits, escapes, &e, run.count, outs[k]->data());
-    });
-    DCR_RETURN_IF_ERROR(s);
-  }
-  if (e != escapes.size()) return Corrupt("unused value escapes");
-  if (bits.bytes_consumed() != r.remaining()) return Corrupt("trailing bytes after the value symbols");
-  return Status::Ok();
-}
-
 // Codecs 0 and 1.
 Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                     std::span<std::vector<uint8_t>* const> outs) {
@@ -123,38 +99,42 @@ ValueSectionDecoder::ValueSectionDecoder(ValueCodec codec, std::span<const uint8
 }
 
 Status ValueSectionDecoder::Prepare() {
-  if (codec_ != ValueCodec::kHuffmanStreams) {
-    if (codec_ > ValueCodec::kHuffman) return Corrupt("value codec " + std::to_string(static_cast<int>(codec_)));
-    return Status::Ok();  // one stream, decoded whole
-  }
+  if (codec_ > ValueCodec::kHuffmanStreams) return Corrupt("value codec " + std::to_string(static_cast<int>(codec_)));
+  if (codec_ != ValueCodec::kHuffman && codec_ != ValueCodec::kHuffmanStreams) return Status::Ok();  // planes, decoded whole
   ByteReader r(stored_);
   DCR_RETURN_IF_ERROR(code_.ReadTable(r, kAlphabet));
   code_.BuildMultiTable(kEscape);
-  uint8_t s = 0;
-  if (!r.ReadByte(&s)) return Corrupt("value streams truncated");
-  if (s < 2 || s > kMaxValueStreams || s > total_)
-    return Corrupt("value section of " + std::to_string(total_) + " values in " + std::to_string(s) + " streams");
-  std::array<uint64_t, kMaxValueStreams> escape_bytes{}, stream_bytes{};
-  for (size_t i = 0; i < s; ++i)
-    if (!r.ReadVarint(&escape_bytes[i])) return Corrupt("value streams truncated");
-  for (size_t i = 0; i + 1 < s; ++i)
-    if (!r.ReadVarint(&stream_bytes[i])) return Corrupt("value streams truncated");
-  for (size_t i = 0; i < s; ++i)
-    if (!r.ReadBytes(escape_bytes[i], &escapes_[i]))
-      return Corrupt("value stream " + std::to_string(i) + ": escapes run past the section");
-  for (size_t i = 0; i + 1 < s; ++i)
-    if (!r.ReadBytes(stream_bytes[i], &bits_[i]))
-      return Corrupt("value stream " + std::to_string(i) + " runs past the section");
-  bits_[s - 1] = r.Rest();
-  streams_ = s;
+  if (codec_ == ValueCodec::kHuffman) {  // one stream: its escape area, then its bits
+    uint64_t escape_len = 0;
+    if (!r.ReadVarint(&escape_len) || !r.ReadBytes(escape_len, &escapes_[0])) return Corrupt("value escapes truncated");
+    bits_[0] = r.Rest();
+  } else {
+    uint8_t s = 0;
+    if (!r.ReadByte(&s)) return Corrupt("value streams truncated");
+    if (s < 2 || s > kMaxValueStreams || s > total_)
+      return Corrupt("value section of " + std::to_string(total_) + " values in " + std::to_string(s) + " streams");
+    std::array<uint64_t, kMaxValueStreams> escape_bytes{}, stream_bytes{};
+    for (size_t i = 0; i < s; ++i)
+      if (!r.ReadVarint(&escape_bytes[i])) return Corrupt("value streams truncated");
+    for (size_t i = 0; i + 1 < s; ++i)
+      if (!r.ReadVarint(&stream_bytes[i])) return Corrupt("value streams truncated");
+    for (size_t i = 0; i < s; ++i)
+      if (!r.ReadBytes(escape_bytes[i], &escapes_[i]))
+        return Corrupt("value stream " + std::to_string(i) + ": escapes run past the section");
+    for (size_t i = 0; i + 1 < s; ++i)
+      if (!r.ReadBytes(stream_bytes[i], &bits_[i]))
+        return Corrupt("value stream " + std::to_string(i) + " runs past the section");
+    bits_[s - 1] = r.Rest();
+    streams_ = s;
+  }
   for (size_t k = 0; k < runs_.size(); ++k) outs_[k]->resize(runs_[k].count * runs_[k].width);
   return Status::Ok();
 }
 
 Status ValueSectionDecoder::DecodeStream(size_t i) {
-  if (codec_ == ValueCodec::kHuffman) return DecodeHuffman(stored_, runs_, outs_);
-  if (codec_ != ValueCodec::kHuffmanStreams) return DecodePlanes(codec_, stored_, runs_, outs_);
-  const std::string name = "value stream " + std::to_string(i);
+  if (codec_ != ValueCodec::kHuffman && codec_ != ValueCodec::kHuffmanStreams) return DecodePlanes(codec_, stored_, runs_, outs_);
+  // Codec 2's one stream reports as the section; codec 3's name their stream.
+  const std::string prefix = codec_ == ValueCodec::kHuffmanStreams ? "value stream " + std::to_string(i) + ": " : "";
   const uint64_t from = StreamStart(total_, streams_, i), to = StreamStart(total_, streams_, i + 1);
   BitReader bits(bits_[i]);
   size_t e = 0;
@@ -163,13 +143,13 @@ Status ValueSectionDecoder::DecodeStream(size_t i) {
     const uint64_t lo = std::max(from, first), hi = std::min(to, first + runs_[k].count);
     if (lo >= hi) continue;
     const uint32_t w = runs_[k].width;
-    DCR_RETURN_IF_ERROR(WithWidth(w, [&](auto zero) {
-                          return DecodeSymbols<decltype(zero)>(code_, bits, escapes_[i], &e, hi - lo,
-                                                               outs_[k]->data() + (lo - first) * w);
-                        }).WithContext(name));
+    const Status s = WithWidth(w, [&](auto zero) {
+      return DecodeSymbols<decltype(zero)>(code_, bits, escapes_[i], &e, hi - lo, outs_[k]->data() + (lo - first) * w);
+    });
+    if (!s.ok()) return Status(s.code(), prefix + s.message());
   }
-  if (e != escapes_[i].size()) return Corrupt(name + ": unused value escapes");
-  if (bits.bytes_consumed() != bits_[i].size()) return Corrupt(name + ": trailing bytes after its symbols");
+  if (e != escapes_[i].size()) return Corrupt(prefix + "unused value escapes");
+  if (bits.bytes_consumed() != bits_[i].size()) return Corrupt(prefix + "trailing bytes after the value symbols");
   return Status::Ok();
 }
 
