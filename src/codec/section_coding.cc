@@ -34,20 +34,18 @@ SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::
     size_t bound = ZSTD_compressBound(raw.size());
     out->resize(at + bound);
     ZSTD_CCtx* const c = ThreadZstd().c;
+    auto shrinks_at = [&](int level, size_t* n) {
+      *n = ZSTD_compressCCtx(c, out->data() + at, bound, raw.data(), raw.size(), level);
+      return !ZSTD_isError(*n) && *n < raw.size();
+    };
     // The probe: a section the fastest level cannot shrink at all is stored raw without trying
     // `zstd_level`. Real payloads' location sections (Rice and bitmap codes) never shrink, and
     // level 3 spent 16-49 us on the real pairs' 8-35 KB context sections where the probe
     // spends 2-7 (about 4 % of a two-thread encode).
-    if (raw.size() >= kZstdProbeMinBytes && zstd_level > kZstdProbeLevel) {
-      const size_t probe = ZSTD_compressCCtx(c, out->data() + at, bound, raw.data(), raw.size(), kZstdProbeLevel);
-      if (ZSTD_isError(probe) || probe >= raw.size()) {
-        out->resize(at);
-        out->insert(out->end(), raw.begin(), raw.end());
-        return SectionCodec::kRaw;
-      }
-    }
-    size_t n = ZSTD_compressCCtx(c, out->data() + at, bound, raw.data(), raw.size(), zstd_level);
-    if (!ZSTD_isError(n) && n < raw.size()) {
+    size_t n = 0;
+    const bool probe_shrinks =
+        raw.size() < kZstdProbeMinBytes || zstd_level <= kZstdProbeLevel || shrinks_at(kZstdProbeLevel, &n);
+    if (probe_shrinks && shrinks_at(zstd_level, &n)) {
       out->resize(at + n);
       return SectionCodec::kZstd;
     }
