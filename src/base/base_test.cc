@@ -206,6 +206,36 @@ TEST(RunConcurrently, RunsASideNoHelperHasStartedOnTheCallerAfterMain) {
   EXPECT_EQ(side_runs, 1);
 }
 
+TEST(WakeHelperAhead, WakesTheSleepingHelperTheNextCallTakesWithoutGivingItWork) {
+  // The helper this thread's calls take (main waits for side, so side runs on it).
+  auto helper_of_a_call = [] {
+    std::thread::id id;
+    std::atomic<bool> started{false};
+    int runs = 0;
+    EXPECT_TRUE(RunConcurrently([&] { return id = std::this_thread::get_id(), ++runs, started = true, Status::Ok(); },
+                                [&] {
+                                  while (!started.load()) std::this_thread::yield();
+                                  return Status::Ok();
+                                })
+                    .ok());
+    EXPECT_EQ(runs, 1);
+    return id;
+  };
+  const std::thread::id helper = helper_of_a_call();
+  for (int i = 0; i < 20; ++i) {
+    LetHelpersSleep();
+    const uint64_t before = HelperWakeupsAheadForTests();
+    // The helper wakes with no task (a nudge that comes while it still polls is not one: nudged
+    // again until it wakes, without a time limit, so that a nudge that never wakes it fails by
+    // the test's timeout), then serves the next call as before, running its side once.
+    while (HelperWakeupsAheadForTests() == before) {
+      WakeHelperAhead();
+      LetHelpersSleep();
+    }
+    EXPECT_EQ(helper_of_a_call(), helper) << "nudge " << i;
+  }
+}
+
 TEST(OfferToHelper, DropsASideNoHelperHasStartedAndClaimsSplitTheWork) {
   OneCpu pin;
   ASSERT_TRUE(pin.pinned());

@@ -39,6 +39,8 @@ bool SpinUntil(F&& ready) {
   }
 }
 
+std::atomic<uint64_t> g_wakeups_ahead{0};  // helpers woken by WakeHelperAhead, for tests
+
 // Threads that ParallelFor and RunConcurrently hand work to. They wait for work between calls, so
 // a call costs at most two wake-ups instead of starting and joining a thread (tens of
 // microseconds on some machines, as much as decoding a small payload's value section), and what
@@ -54,6 +56,8 @@ class HelperPool {
     std::atomic<const std::function<Status()>*> task{nullptr};
     std::atomic<bool> done{false};
     Status result;  // written by the helper before `done`, read by the caller after it
+    bool sleeping = false;  // under mu: the helper is blocked on cv
+    bool nudged = false;    // under mu: WakeHelperAhead woke it to poll for a task to come
   };
 
   static HelperPool& Get() {
@@ -76,6 +80,18 @@ class HelperPool {
     std::thread(Serve, h).detach();
     return h;
   }
+  // Wakes the helper that Acquire would hand out next, if it is blocked, to poll for a task.
+  void Nudge() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ != ::getpid() || idle_.empty()) return;
+    Helper* h = idle_.back();
+    {
+      std::lock_guard<std::mutex> helper_lock(h->mu);
+      if (!h->sleeping) return;
+      h->nudged = true;
+    }
+    h->cv.notify_all();
+  }
   void Release(Helper* h) {
     std::lock_guard<std::mutex> lock(mu_);
     if (pid_ == ::getpid()) idle_.push_back(h);
@@ -92,7 +108,13 @@ class HelperPool {
       };
       if (!SpinUntil(claim)) {
         std::unique_lock<std::mutex> lock(h->mu);
-        h->cv.wait(lock, claim);
+        h->sleeping = true;
+        h->cv.wait(lock, [&] { return claim() || h->nudged; });
+        h->sleeping = h->nudged = false;
+      }
+      if (task == nullptr) {  // nudged ahead of a task: poll for it
+        g_wakeups_ahead.fetch_add(1, std::memory_order_relaxed);
+        continue;
       }
       Status result = (*task)();
       h->result = std::move(result);
@@ -180,6 +202,9 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
   }
   return first_error;
 }
+
+void WakeHelperAhead() { HelperPool::Get().Nudge(); }
+uint64_t HelperWakeupsAheadForTests() { return g_wakeups_ahead.load(); }
 
 Status RunConcurrently(const std::function<Status()>& side, const std::function<Status()>& main) {
   HelperCall call(&side);

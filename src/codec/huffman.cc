@@ -46,19 +46,19 @@ uint32_t ReverseBits(uint32_t code, int len) {
   return r;
 }
 
-// The decoder's canonical code from a whole alphabet's lengths (the encoder builds the same
-// from its used symbols alone). Per code length: how many codes have it and the first canonical
-// code of that length (MSB-first; shorter codes first, then by symbol).
+// The canonical code of the used symbols, from their lengths (len[i], 1..15, of the i-th used
+// symbol, symbols ascending): per code length, how many codes have it and the first canonical code of
+// that length (MSB-first; shorter codes first, then by symbol). O(used symbols), as is all of
+// the encoder's and decoder's code building: a payload's values use a few hundred of the 4096.
 struct CodeRanges {
   uint32_t count[kHuffmanMaxBits + 1] = {};
   uint32_t first[kHuffmanMaxBits + 1] = {};
   bool fits = true;  // false if the lengths over-subscribe the code space
 };
 
-CodeRanges CanonicalRanges(const std::vector<uint8_t>& len) {
+CodeRanges CanonicalRanges(std::span<const uint8_t> len) {
   CodeRanges r;
-  for (uint8_t l : len)
-    if (l) ++r.count[l];
+  for (uint8_t l : len) ++r.count[l];
   uint32_t code = 0;
   int64_t kraft = 1 << kHuffmanMaxBits;
   for (int l = 1; l <= kHuffmanMaxBits; ++l) {
@@ -70,14 +70,11 @@ CodeRanges CanonicalRanges(const std::vector<uint8_t>& len) {
   return r;
 }
 
-// Each symbol's canonical code, bit-reversed for LSB-first writing (ranges.fits required).
-std::vector<uint32_t> CanonicalCodes(const std::vector<uint8_t>& len, const CodeRanges& ranges) {
+// Each used symbol's canonical code, bit-reversed for LSB-first writing (ranges.fits required).
+void CanonicalCodes(std::span<const uint8_t> len, const CodeRanges& ranges, uint32_t* codes) {
   uint32_t next[kHuffmanMaxBits + 1];
   std::copy(std::begin(ranges.first), std::end(ranges.first), next);
-  std::vector<uint32_t> codes(len.size(), 0);
-  for (size_t s = 0; s < len.size(); ++s)
-    if (len[s]) codes[s] = ReverseBits(next[len[s]]++, len[s]);
-  return codes;
+  for (size_t i = 0; i < len.size(); ++i) codes[i] = ReverseBits(next[len[i]]++, len[i]);
 }
 
 }  // namespace
@@ -96,25 +93,19 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
     // Too deep: flatten the distribution and rebuild (keeps every used symbol codable).
     for (auto& x : weight) x = (x >> 1) | 1;
   }
-  // Canonical codes (CanonicalRanges, CanonicalCodes) from the used symbols' lengths alone.
-  uint32_t count[kHuffmanMaxBits + 1] = {}, next[kHuffmanMaxBits + 1] = {};
-  for (uint32_t d : depth) ++count[d];
-  int64_t kraft = 1 << kHuffmanMaxBits;
-  for (int l = 1, code = 0; l <= kHuffmanMaxBits; ++l) {
-    code = (code + static_cast<int>(count[l - 1])) << 1;
-    next[l] = static_cast<uint32_t>(code);
-    kraft -= static_cast<int64_t>(count[l]) << (kHuffmanMaxBits - l);
-  }
-  DCR_CHECK(kraft >= 0);
+  std::vector<uint8_t> lens(depth.begin(), depth.end());
+  const CodeRanges ranges = CanonicalRanges(lens);
+  DCR_CHECK(ranges.fits);
+  std::vector<uint32_t> codes(used_.size());
+  CanonicalCodes(lens, ranges, codes.data());
   len_.assign(freq.size(), 0);
   code_.assign(freq.size(), 0);
   packed_.assign(freq.size(), 0);
-  for (size_t i = 0; i < used_.size(); ++i) {  // ascending symbols: canonical order within a length
-    const uint32_t s = used_[i];
-    const int l = static_cast<int>(depth[i]);
-    len_[s] = static_cast<uint8_t>(l);
-    code_[s] = ReverseBits(next[l]++, l);
-    packed_[s] = uint32_t{len_[s]} << 16 | code_[s];
+  for (size_t i = 0; i < used_.size(); ++i) {
+    const uint32_t sym = used_[i];
+    len_[sym] = lens[i];
+    code_[sym] = codes[i];
+    packed_[sym] = uint32_t{lens[i]} << 16 | codes[i];
   }
 }
 
@@ -136,7 +127,9 @@ uint64_t HuffmanEncoder::CostBits(std::span<const uint64_t> freq) const {
 Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   uint64_t m = 0;
   if (!r.ReadVarint(&m) || m == 0 || m > alphabet) return Corrupt("Huffman table: bad symbol count");
-  std::vector<uint8_t> len(alphabet, 0);
+  // The used symbols, strictly ascending by the table's construction, and their lengths.
+  std::vector<uint32_t> sym(m);
+  std::vector<uint8_t> len(m);
   uint64_t s = 0;
   for (uint64_t i = 0; i < m; ++i) {
     uint64_t entry = 0;
@@ -146,16 +139,18 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
     s = i == 0 ? gap : s + gap + 1;
     if (gap >= alphabet || s >= alphabet) return Corrupt("Huffman table: symbol out of range");
     if (l == 0 || l > kHuffmanMaxBits) return Corrupt("Huffman table: code length " + std::to_string(l));
-    len[s] = l;
+    sym[i] = static_cast<uint32_t>(s);
+    len[i] = l;
   }
   const CodeRanges ranges = CanonicalRanges(len);
   if (!ranges.fits) return Corrupt("Huffman table: over-subscribed code");
-  const std::vector<uint32_t> codes = CanonicalCodes(len, ranges);
+  std::vector<uint32_t> codes(m);
+  CanonicalCodes(len, ranges, codes.data());
   fast_.assign(1u << kFastBits, 0);
-  for (uint32_t sym = 0; sym < alphabet; ++sym) {
-    if (!len[sym] || len[sym] > kFastBits) continue;
-    const uint32_t step = 1u << len[sym];
-    for (uint32_t i = codes[sym]; i < fast_.size(); i += step) fast_[i] = sym << 4 | len[sym];
+  for (size_t i = 0; i < m; ++i) {
+    if (len[i] > kFastBits) continue;
+    const uint32_t step = 1u << len[i];
+    for (uint32_t at = codes[i]; at < fast_.size(); at += step) fast_[at] = sym[i] << 4 | len[i];
   }
   // Longer codes: canonical order is by length, then symbol.
   std::copy(std::begin(ranges.count), std::end(ranges.count), count_);
@@ -165,8 +160,7 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   sorted_.assign(at, 0);
   uint32_t fill[kHuffmanMaxBits + 1];
   std::copy(std::begin(offset_), std::end(offset_), fill);
-  for (uint32_t sym = 0; sym < alphabet; ++sym)
-    if (len[sym]) sorted_[fill[len[sym]]++] = sym;
+  for (size_t i = 0; i < m; ++i) sorted_[fill[len[i]]++] = sym[i];
   return Status::Ok();
 }
 

@@ -43,7 +43,8 @@ class HuffmanEncoder {
 class HuffmanDecoder {
  public:
   // Reads a table written by WriteTable for an alphabet of `alphabet` symbols; kCorrupt if it
-  // is malformed (lengths over 15, symbols out of range, an over-subscribed code).
+  // is malformed (lengths over 15, symbols out of range, an over-subscribed code). O(used
+  // symbols + 2^kFastBits), whatever the alphabet.
   Status ReadTable(ByteReader& r, uint32_t alphabet);
   // Decodes one symbol; sets the reader's overrun flag on truncated or invalid input.
   uint32_t Get(BitReader& r) const {

@@ -239,27 +239,27 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   uint64_t loc_bound = 0, val_expect = 0;
   for (uint64_t i = 0; i < nseg; ++i) {
     SegmentSpec& s = d.segments[i];
-    const std::string where = "payload segment " + std::to_string(i);
+    auto where = [i] { return "payload segment " + std::to_string(i); };  // built only for an error
     uint8_t dtype = 0, kind = 0;
     uint64_t tensor = 0;
     if (!table.ReadByte(&dtype) || !table.ReadByte(&kind) || !table.ReadVarint(&tensor) || !table.ReadVarint(&s.start) ||
         !table.ReadVarint(&s.count) || !table.ReadVarint(&d.changed[i]))
-      return Corrupt(where + ": truncated segment table");
+      return Corrupt(where() + ": truncated segment table");
     auto dt = DTypeFromCode(dtype);
-    if (!dt) return Corrupt(where + ": dtype code " + std::to_string(dtype));
-    if (kind > static_cast<uint8_t>(ValueKind::kOverwrite)) return Corrupt(where + ": value kind " + std::to_string(kind));
-    if (tensor > UINT32_MAX) return Corrupt(where + ": tensor index " + std::to_string(tensor));
+    if (!dt) return Corrupt(where() + ": dtype code " + std::to_string(dtype));
+    if (kind > static_cast<uint8_t>(ValueKind::kOverwrite)) return Corrupt(where() + ": value kind " + std::to_string(kind));
+    if (tensor > UINT32_MAX) return Corrupt(where() + ": tensor index " + std::to_string(tensor));
     s.dtype = *dt;
     s.kind = static_cast<ValueKind>(kind);
     s.tensor_index = static_cast<uint32_t>(tensor);
-    if (s.count == 0 || s.count > kMaxSegmentElements) return Corrupt(where + ": element count " + std::to_string(s.count));
-    if (s.start > UINT64_MAX / 8 - s.count) return Corrupt(where + ": range overflows");
+    if (s.count == 0 || s.count > kMaxSegmentElements) return Corrupt(where() + ": element count " + std::to_string(s.count));
+    if (s.start > UINT64_MAX / 8 - s.count) return Corrupt(where() + ": range overflows");
     if (d.changed[i] == 0 || d.changed[i] > s.count)
-      return Corrupt(where + ": " + std::to_string(d.changed[i]) + " changes in " + std::to_string(s.count) + " elements");
+      return Corrupt(where() + ": " + std::to_string(d.changed[i]) + " changes in " + std::to_string(s.count) + " elements");
     if (i > 0) {
       const SegmentSpec& q = d.segments[i - 1];
       if (s.tensor_index < q.tensor_index || (s.tensor_index == q.tensor_index && s.start < q.start + q.count))
-        return Corrupt(where + ": segments out of order or overlapping");
+        return Corrupt(where() + ": segments out of order or overlapping");
     }
     loc_bound += MaxLocationBytes(s.count, block_log2);
     val_expect += d.changed[i] * DTypeWidth(s.dtype);
@@ -314,9 +314,9 @@ Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
   std::span<const uint8_t> loc_rest = in.loc;
   for (size_t i = 0; i < layout.segments.size(); ++i) {
     size_t used = 0;
-    DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, layout.changed[i],
-                                              position_outs[i], &used)
-                            .WithContext("payload segment " + std::to_string(i)));
+    const Status s = DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, layout.changed[i],
+                                           position_outs[i], &used);
+    if (!s.ok()) return s.WithContext("payload segment " + std::to_string(i));
     loc_rest = loc_rest.subspan(used);
   }
   if (!loc_rest.empty()) return Corrupt("payload location section has " + std::to_string(loc_rest.size()) + " trailing bytes");
@@ -326,6 +326,10 @@ Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
 }  // namespace
 
 Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base, int threads) {
+  if (threads == 0) threads = HardwareThreads();
+  // A payload that may give a second thread work wakes its helper before the checksum and the
+  // parse, so that the helper is polling when the work is handed over instead of waking then.
+  if (threads >= 2 && p.size() >= kWakeHelperMinPayloadBytes) WakeHelperAhead();
   PayloadLayout layout;
   DCR_RETURN_IF_ERROR(ParsePayload(p, &layout));
   const size_t nseg = layout.segments.size();
@@ -367,7 +371,6 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
     DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
-  if (threads == 0) threads = HardwareThreads();
   // The sections are independent: with enough changes, a second thread may decode the values.
   const bool share_values = threads >= 2 && changed >= kConcurrentSectionsMinChanges;
   const Status located = DecodeLocations(layout, in, position_outs, threads, share_values ? &values : nullptr);

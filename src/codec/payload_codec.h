@@ -80,6 +80,11 @@ struct EncodeOptions {
 // changes) and 0.97 at 1.3 % (interleaved runs).
 inline constexpr uint64_t kConcurrentSectionsMinChanges = 4096;
 
+// DecodePayload with threads >= 2 wakes a helper ahead (WakeHelperAhead) for payloads of at
+// least this many bytes: smaller ones seldom hold kConcurrentSectionsMinChanges changes (a
+// change takes about a byte or more), and waking a thread costs the caller a system call.
+inline constexpr size_t kWakeHelperMinPayloadBytes = 4096;
+
 class PayloadBuilder {
  public:
   explicit PayloadBuilder(const EncodeOptions& options = {}) : options_(options) {}
