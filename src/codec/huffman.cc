@@ -81,10 +81,17 @@ void CanonicalCodes(std::span<const uint8_t> len, const CodeRanges& ranges, uint
 
 HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(freq.size() <= kHuffmanMaxSymbols);
-  // Only the used symbols are worked on: a payload's values use a few hundred of the 4096.
-  std::vector<uint64_t> weight;
-  for (size_t s = 0; s < freq.size(); ++s)
-    if (freq[s] > 0) used_.push_back(static_cast<uint32_t>(s)), weight.push_back(freq[s]);
+  // Only the used symbols are worked on: a payload's values use a few hundred of the 4096. They
+  // are gathered without a branch per symbol (which would mispredict on every used one).
+  used_.resize(freq.size());
+  std::vector<uint64_t> weight(freq.size());
+  size_t u = 0;
+  for (size_t s = 0; s < freq.size(); ++s) {
+    used_[u] = static_cast<uint32_t>(s), weight[u] = freq[s];
+    u += freq[s] > 0;
+  }
+  used_.resize(u);
+  weight.resize(u);
   DCR_CHECK(!used_.empty());
   std::vector<uint32_t> depth;
   for (;;) {
@@ -93,34 +100,27 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
     // Too deep: flatten the distribution and rebuild (keeps every used symbol codable).
     for (auto& x : weight) x = (x >> 1) | 1;
   }
-  std::vector<uint8_t> lens(depth.begin(), depth.end());
-  const CodeRanges ranges = CanonicalRanges(lens);
+  lens_.assign(depth.begin(), depth.end());
+  const CodeRanges ranges = CanonicalRanges(lens_);
   DCR_CHECK(ranges.fits);
-  std::vector<uint32_t> codes(used_.size());
-  CanonicalCodes(lens, ranges, codes.data());
-  len_.assign(freq.size(), 0);
-  code_.assign(freq.size(), 0);
+  std::vector<uint32_t> codes(u);
+  CanonicalCodes(lens_, ranges, codes.data());
   packed_.assign(freq.size(), 0);
-  for (size_t i = 0; i < used_.size(); ++i) {
-    const uint32_t sym = used_[i];
-    len_[sym] = lens[i];
-    code_[sym] = codes[i];
-    packed_[sym] = uint32_t{lens[i]} << 16 | codes[i];
-  }
+  for (size_t i = 0; i < u; ++i) packed_[used_[i]] = uint32_t{lens_[i]} << 16 | codes[i];
 }
 
 void HuffmanEncoder::WriteTable(std::vector<uint8_t>* out) const {
   PutVarint(*out, used_.size());
   for (size_t i = 0; i < used_.size(); ++i) {
     const uint32_t s = used_[i];
-    PutVarint(*out, static_cast<uint64_t>(i == 0 ? s : s - used_[i - 1] - 1) << 4 | len_[s]);
+    PutVarint(*out, static_cast<uint64_t>(i == 0 ? s : s - used_[i - 1] - 1) << 4 | lens_[i]);
   }
 }
 
 uint64_t HuffmanEncoder::CostBits(std::span<const uint64_t> freq) const {
   uint64_t bits = 0;  // symbols outside the code have length 0
-  for (uint32_t s : used_)
-    if (s < freq.size()) bits += freq[s] * len_[s];
+  for (size_t i = 0; i < used_.size(); ++i)
+    if (used_[i] < freq.size()) bits += freq[used_[i]] * lens_[i];
   return bits;
 }
 

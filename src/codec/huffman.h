@@ -21,8 +21,10 @@ class HuffmanEncoder {
   explicit HuffmanEncoder(std::span<const uint64_t> freq);
   // Appends the code table: varint m, then m × varint (symbol gap << 4 | code length).
   void WriteTable(std::vector<uint8_t>* out) const;
-  void Put(BitWriter& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
-  void Put(BitWriter::Local& w, uint32_t symbol) const { w.Put(code_[symbol], len_[symbol]); }
+  void Put(BitWriter& w, uint32_t symbol) const { w.Put(packed_[symbol] & 0xffff, static_cast<int>(packed_[symbol] >> 16)); }
+  void Put(BitWriter::Local& w, uint32_t symbol) const {
+    w.Put(packed_[symbol] & 0xffff, static_cast<int>(packed_[symbol] >> 16));
+  }
   // Three symbols in one write (3 × 15 bits fit one Put): each symbol's code and length packed
   // in one word, so that a symbol costs one load.
   void Put3(BitWriter::Local& w, uint32_t a, uint32_t b, uint32_t c) const {
@@ -34,10 +36,9 @@ class HuffmanEncoder {
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 
  private:
-  std::vector<uint32_t> used_;  // the symbols with a code, ascending
-  std::vector<uint8_t> len_;    // per symbol of the alphabet: 0 for an unused one
-  std::vector<uint32_t> code_;
-  std::vector<uint32_t> packed_;  // len << 16 | code
+  std::vector<uint32_t> used_;   // the symbols with a code, ascending
+  std::vector<uint8_t> lens_;    // [i]: the code length of used_[i]
+  std::vector<uint32_t> packed_;  // per symbol of the alphabet: len << 16 | code (0: unused)
 };
 
 class HuffmanDecoder {

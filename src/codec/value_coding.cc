@@ -19,21 +19,30 @@ using value_symbols::kAlphabet;
 using value_symbols::kEscape;
 using value_symbols::WithWidth;
 
-// Adds the symbols of n values of type U at p to four interleaved histograms of kAlphabet
-// counters (value i to histogram i % 4), and appends the bytes of escaped values to `escaped`.
+// Symbols below this (0x1, 0x3, 0x7 ... : nearly all of a BF16 payload's) are counted in four
+// interleaved histograms, the rest in one: 20 KiB of counters to clear and sum per count, where
+// four whole histograms of the alphabet took 128 KiB.
+constexpr uint32_t kSmallSymbols = 256;
+
+// Adds the symbols of n values of type U at p to the histograms (value i's small symbol to
+// small4[i % 4], a larger one to large), and appends the bytes of escaped values to `escaped`.
+// Counters are 32-bit: a payload holds at most 2^32 values (4 GiB), of which only those of 2-byte
+// and wider types (at most 2^31) can have large symbols.
 template <typename U>
-void CountSymbols(const uint8_t* p, uint64_t n, uint64_t* freq4, std::vector<uint8_t>* escaped) {
-  auto count = [&](uint64_t i, uint64_t* freq) {
+void CountSymbols(const uint8_t* p, uint64_t n, uint32_t* small4, uint32_t* large, std::vector<uint8_t>* escaped) {
+  auto count = [&](uint64_t i, uint32_t* small) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
     if (v >= kEscape) [[unlikely]]
       escaped->insert(escaped->end(), p + i * sizeof(U), p + (i + 1) * sizeof(U));
-    ++freq[std::min<uint64_t>(v, kEscape)];
+    const uint64_t symbol = std::min<uint64_t>(v, kEscape);
+    ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
   };
   uint64_t i = 0;
   for (; i + 4 <= n; i += 4)
-    count(i, freq4), count(i + 1, freq4 + kAlphabet), count(i + 2, freq4 + 2 * kAlphabet), count(i + 3, freq4 + 3 * kAlphabet);
-  for (; i < n; ++i) count(i, freq4 + (i & 3) * kAlphabet);
+    count(i, small4), count(i + 1, small4 + kSmallSymbols), count(i + 2, small4 + 2 * kSmallSymbols),
+        count(i + 3, small4 + 3 * kSmallSymbols);
+  for (; i < n; ++i) count(i, small4 + (i & 3) * kSmallSymbols);
 }
 
 // The symbols of values of type U, three per write.
@@ -102,28 +111,31 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
 
 namespace value_symbols {
 
-// The symbol counts of some runs: four interleaved histograms (XOR masks repeat, 0x1, 0x3 ...,
-// and increments of one counter in a row would wait on each other's stores) and the escaped
-// values' bytes in order. Reused per thread: the histograms are 128 KiB, which a fresh
-// allocation would map and fault in each time.
+// The symbol counts of some runs (CountSymbols' histograms) and the escaped values' bytes in
+// order. Reused per thread, as are its buffers.
 struct SymbolCounts {
-  std::vector<uint64_t> freq4 = std::vector<uint64_t>(4 * kAlphabet);
+  std::vector<uint32_t> small4 = std::vector<uint32_t>(4 * kSmallSymbols);
+  std::vector<uint32_t> large = std::vector<uint32_t>(kAlphabet);  // entries below kSmallSymbols stay 0
   std::vector<uint8_t> escaped;
   uint64_t raw_bytes = 0;
 
   void Count(std::span<const ValueRun> runs) {
-    std::fill(freq4.begin(), freq4.end(), 0);
+    std::fill(small4.begin(), small4.end(), 0);
+    std::fill(large.begin(), large.end(), 0);
     escaped.clear();
     raw_bytes = 0;
     for (const ValueRun& r : runs) {
       DCR_CHECK(r.bytes.size() == r.count * r.width);
       raw_bytes += r.bytes.size();
-      WithWidth(r.width, [&](auto zero) { CountSymbols<decltype(zero)>(r.bytes.data(), r.count, freq4.data(), &escaped); });
+      WithWidth(r.width, [&](auto zero) {
+        CountSymbols<decltype(zero)>(r.bytes.data(), r.count, small4.data(), large.data(), &escaped);
+      });
     }
   }
   void AddTo(std::vector<uint64_t>* freq) const {
-    for (uint32_t v = 0; v < kAlphabet; ++v)
-      (*freq)[v] += freq4[v] + freq4[kAlphabet + v] + freq4[2 * kAlphabet + v] + freq4[3 * kAlphabet + v];
+    for (uint32_t v = 0; v < kSmallSymbols; ++v)
+      (*freq)[v] += uint64_t{small4[v]} + small4[kSmallSymbols + v] + small4[2 * kSmallSymbols + v] + small4[3 * kSmallSymbols + v];
+    for (uint32_t v = kSmallSymbols; v < kAlphabet; ++v) (*freq)[v] += large[v];
   }
 };
 
@@ -224,7 +236,9 @@ void ValueSectionEncoder::Choose() {
     counts_[i].AddTo(&freq);
     raw_bytes += counts_[i].raw_bytes, escape_bytes += counts_[i].escaped.size();
   }
+ 
   code_.emplace(freq);
+ 
   const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
   if (escape_bytes * 20 >= raw_bytes) {
