@@ -291,18 +291,6 @@ TEST(ClaimableTask, AChainRunsEachStepOnceAndThreadsShareIt) {
   for (auto& r : ran) EXPECT_EQ(r.load(), 1);
   EXPECT_TRUE(a.result().ok());
   EXPECT_EQ(c.result().message(), "third");
-  // RunThisIfUnclaimed runs the step it is called on, never the rest of the chain.
-  std::atomic<int> one[2] = {0, 0};
-  ClaimableTask tail([&] { return ++one[1], Status::Ok(); });
-  ClaimableTask head([&] { return ++one[0], Status::Ok(); });
-  head.Then(&tail);
-  EXPECT_TRUE(head.RunThisIfUnclaimed());
-  EXPECT_EQ(one[0].load(), 1);
-  EXPECT_EQ(one[1].load(), 0);
-  EXPECT_FALSE(head.RunThisIfUnclaimed());
-  EXPECT_TRUE(head.RunIfUnclaimed());  // the tail only
-  EXPECT_EQ(one[0].load(), 1);
-  EXPECT_EQ(one[1].load(), 1);
   for (int i = 0; i < 200; ++i) {
     std::atomic<int> runs[4] = {0, 0, 0, 0};
     std::vector<std::unique_ptr<ClaimableTask>> steps;

@@ -81,13 +81,6 @@ class ClaimableTask {
       if (t->claim_.Claim()) t->result_ = t->fn_(), ran = true;
     return ran;
   }
-  // Runs this step alone (not the rest of its chain) here if no thread has claimed it; true if
-  // it ran here.
-  bool RunThisIfUnclaimed() {
-    if (!claim_.Claim()) return false;
-    result_ = fn_();
-    return true;
-  }
   // This step's result (not the chain's).
   const Status& result() const { return result_; }
 

@@ -64,10 +64,9 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 // relative to segment i, at least one in all) to `out`, with ChooseBandParts(total elements,
 // part_elements) parts. Deterministic: a function of the segments' bytes and part_elements
 // only, the same with any thread count. With threads >= 2 and at least kSplitWalkMinElements
-// elements, a helper thread takes half of the band fit's counts, then runs `filler` and the
-// first step of `also`'s chain (other work of the same payload) while the calling thread fits
-// the bands, then takes parts, then the rest of `also`; the calling thread takes parts, and
-// `also` while the helper still codes one. Each step is
+// elements, a helper thread takes half of the band fit's counts, then runs `filler` and `also`
+// (other work of the same payload) while the calling thread fits the bands, then takes parts;
+// the calling thread takes parts, and `also` while the helper still codes one. Each step is
 // done once, by whichever thread claims it first. `filler` and `also` may still be unclaimed on
 // return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only
 // runs `filler` and `also`. (band_encode.cc)

@@ -103,14 +103,12 @@ class BandedEncode {
   }
 
   // The helper's share: the second count (if unclaimed), `filler` and, if the caller is still
-  // fitting the bands, the first step of `also`'s chain; then parts while any is left, then
-  // `also` if still unclaimed.
+  // fitting the bands, `also`; then parts while any is left, then `also` if still unclaimed.
   void Help(ClaimableTask* filler, ClaimableTask* also) {
     if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
     if (filler != nullptr) (void)filler->RunIfUnclaimed();
-    // The fit is the calling thread's alone: take a step of `also` now rather than wait for it,
-    // one only, so that the part this thread then codes does not start long after the caller's.
-    if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunThisIfUnclaimed();
+    // The fit is the calling thread's alone: take `also` now rather than wait for it.
+    if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunIfUnclaimed();
     if (!caller_all_) {
       YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
       TakeParts();

@@ -142,17 +142,13 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // code was made segment by segment in AddChanges, and nothing here would overlap the values.
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
                             (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
-  // Shared, the value section is three chained tasks: the counts and the choice, then two
-  // shares of the rest. A thread done with its location work takes the stages (each stream's
-  // counts and bits) the other has not; a helper with time before its location work (while the
-  // caller fits the bands) takes the first task alone, leaving the streams' bits for later.
+  // Shared, the value section is two chained tasks: a thread done with its location work
+  // takes the stages (each stream's counts and bits) the other has not.
   std::optional<ValueSectionEncoder> values;
   if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min);
   ClaimableTask values_second([&] { return values->Work(1), Status::Ok(); });
-  ClaimableTask values_first([&] { return values->Work(0), Status::Ok(); });
-  ClaimableTask values_task([&] { return values->Prepare(0), Status::Ok(); });
-  values_task.Then(&values_first);
-  values_first.Then(&values_second);
+  ClaimableTask values_task([&] { return values->Work(0), Status::Ok(); });
+  values_task.Then(&values_second);
   mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
   loc_at = out->size();
   loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);

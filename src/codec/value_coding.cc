@@ -204,7 +204,7 @@ bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t stream, int first) {
   return stage.Claim();
 }
 
-void ValueSectionEncoder::Prepare(int first) {
+void ValueSectionEncoder::Work(int first) {
   DCR_CHECK(first == 0 || first == 1);
   const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
   for (size_t i : order)
@@ -220,12 +220,7 @@ void ValueSectionEncoder::Prepare(int first) {
     chosen_.store(true, std::memory_order_release);
   }
   YieldUntil([&] { return chosen_.load(std::memory_order_acquire); });
-}
-
-void ValueSectionEncoder::Work(int first) {
-  Prepare(first);
   if (!code_.has_value()) return;
-  const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
   for (size_t i : order)
     if (i < streams_ && Takes(put_claim_[i], i, first)) {
       StreamOf(halves_[i], *code_, &buffers_[i]);

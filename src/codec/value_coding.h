@@ -51,8 +51,7 @@ struct SymbolCounts;  // value_coding.cc
 // Codes a value section in stages that two threads may share: each stream's symbol counts (one
 // stream, or from streams_min values two), the choice of form and code, each stream's bits.
 // Work(first) runs every stage no thread has claimed yet, stream `first`'s before the other's,
-// and waits only for stages another thread is running; Prepare(first) does the same for the
-// counts and the choice only (the stages before any stream's bits); Write, once Work has returned on some
+// and waits only for stages another thread is running; Write, once Work has returned on some
 // thread, appends the section (waiting for stages another thread is still running). The bytes
 // are the same however the stages were shared. Constructed on the thread that calls Write: the
 // buffers are that thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
@@ -62,7 +61,6 @@ class ValueSectionEncoder {
  public:
   ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min = kValueStreamsMin,
                       bool obey_walker_for_tests = false);
-  void Prepare(int first);
   void Work(int first);
   ValueCodec Write(std::vector<uint8_t>* out);
 
