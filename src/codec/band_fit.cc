@@ -46,10 +46,12 @@ void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions
   };
   uint64_t i = 0;
   for (; i + 4 * stride <= n; i += 4 * stride)
+    #pragma GCC unroll 4
     for (size_t lane = 0; lane < 4; ++lane) ++(*pop)[lane * kClassValues + class_at(i + lane * stride)];
   for (; i < n; i += stride) ++(*pop)[class_at(i)];
   size_t k = 0;
   for (; k + 4 <= positions.size(); k += 4)
+    #pragma GCC unroll 4
     for (size_t lane = 0; lane < 4; ++lane) ++(*chg)[lane * kClassValues + class_at(positions[k + lane])];
   for (; k < positions.size(); ++k) ++(*chg)[class_at(positions[k])];
 }

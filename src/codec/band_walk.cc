@@ -265,6 +265,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
           uint64_t h = hit[wd];
           uint32_t* o = out;
           do {
+            #pragma GCC unroll 4
             for (int u = 0; u < 4; ++u) {
               o[u] = at + static_cast<uint32_t>(__builtin_ctzll(h | (uint64_t{1} << 63)));
               h &= h - 1;

@@ -47,6 +47,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
       const size_t w = static_cast<size_t>(__builtin_ctzll(nonzero));
       for (uint64_t m = masks[w]; m != 0;) {
         size_t step = 0;
+        #pragma GCC unroll 4
         for (int u = 0; u < 4; ++u) {
           // Past the last set bit ctz(0) would be undefined: bit 63 stands in (clamped to the
           // tile for the loads; the slot is not kept).
