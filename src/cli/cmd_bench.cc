@@ -2,6 +2,7 @@
 // plain two-stream memory scan of the same data measured in the same run.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,9 +67,19 @@ double ScanSeconds(const Checkpoint& a, const Checkpoint& b, int threads) {
 }
 
 struct PairResult {
-  double scan_s = 1e30, encode_s = 1e30, apply_s = 1e30;
+  double scan_s = 1e30, encode_s = 1e30, apply_s = 1e30;  // the best of the repetitions
+  // Per repetition, its scan's time over its encode's and its decode+apply's: the scan runs
+  // right before them, so on a machine whose speed drifts these ratios vary less than the
+  // ratio of the best times.
+  std::vector<double> encode_vs_scan, apply_vs_scan;
   uint64_t wire = 0, changed = 0, dense = 0, elements = 0, context_payloads = 0, payloads = 0;
 };
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 // Decode + apply of every payload into an in-memory copy of the base, then a bit-exact check
 // against the new checkpoint. Excludes the O(model) base-digest check and fsync of `dcr apply`.
@@ -112,13 +123,15 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
   const std::string out = tmp + "/bench.dcr";
   for (int rep = 0; rep < args.repeat; ++rep) {
     if (args.cold) EvictCheckpoint(base), EvictCheckpoint(next);
-    r.scan_s = std::min(r.scan_s, ScanSeconds(base, next, args.threads));
+    const double scan_s = ScanSeconds(base, next, args.threads);
+    r.scan_s = std::min(r.scan_s, scan_s);
     DiffOptions o;
     if (args.cold) o.before_encode = [&] { EvictCheckpoint(base), EvictCheckpoint(next); };
     o.threads = args.threads;
     o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
     DCR_ASSIGN_OR_RETURN(DiffStats s, DiffCheckpoints(base, next, out, o));
     r.encode_s = std::min(r.encode_s, s.encode_seconds);
+    r.encode_vs_scan.push_back(scan_s / s.encode_seconds);
     r.wire = s.wire_bytes, r.changed = s.changed_elements, r.dense = s.dense_bytes, r.payloads = s.payloads;
     r.elements = s.total_elements;
     DCR_ASSIGN_OR_RETURN(DeltaReader delta, DeltaReader::Open(out));
@@ -130,6 +143,7 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
     }
     DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads, args.cold));
     r.apply_s = std::min(r.apply_s, apply_s);
+    r.apply_vs_scan.push_back(scan_s / apply_s);
   }
   return r;
 }
@@ -163,8 +177,8 @@ int RunBench(BenchArgs args) {
   const int threads = args.threads > 0 ? args.threads : HardwareThreads();
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-40s %-5s %8s %8s %9s %9s %9s %9s %7s %7s\n", "pair", "codec", "chg %", "B/chg", "B/dense", "scan GB/s",
-                "enc GB/s", "dec GB/s", "enc/scn", "dec/scn");
+    std::printf("%-40s %-5s %8s %8s %9s %9s %9s %9s %7s %7s %7s %7s\n", "pair", "codec", "chg %", "B/chg", "B/dense",
+                "scan GB/s", "enc GB/s", "dec GB/s", "enc/scn", "dec/scn", "enc med", "dec med");
   int rc = kExitOk;
   for (size_t i = 0; i + 1 < args.files.size(); ++i) {
     for (bool context : {false, true}) {
@@ -187,12 +201,16 @@ int RunBench(BenchArgs args) {
                             {"wire_bytes_per_dense_byte", static_cast<double>(r->wire) / static_cast<double>(r->dense)},
                             {"scan_GBps", gb / r->scan_s}, {"encode_GBps", gb / r->encode_s}, {"decode_apply_GBps", gb / r->apply_s},
                             {"encode_vs_scan", r->scan_s / r->encode_s}, {"decode_apply_vs_scan", r->scan_s / r->apply_s},
+                            {"encode_vs_scan_median", Median(r->encode_vs_scan)},
+                            {"decode_apply_vs_scan_median", Median(r->apply_vs_scan)},
                             {"cold", args.cold}};
       rows.push_back(row);
       if (!args.json)
-        std::printf("%-40s %-5s %8.3f %8.3f %9.5f %9.2f %9.2f %9.2f %7.2f %7.2f\n", pair.c_str(), context ? "ctx" : "plain",
-                    100 * density, per_change, static_cast<double>(r->wire) / static_cast<double>(r->dense), gb / r->scan_s,
-                    gb / r->encode_s, gb / r->apply_s, r->scan_s / r->encode_s, r->scan_s / r->apply_s);
+        std::printf("%-40s %-5s %8.3f %8.3f %9.5f %9.2f %9.2f %9.2f %7.2f %7.2f %7.2f %7.2f\n", pair.c_str(),
+                    context ? "ctx" : "plain", 100 * density, per_change,
+                    static_cast<double>(r->wire) / static_cast<double>(r->dense), gb / r->scan_s, gb / r->encode_s,
+                    gb / r->apply_s, r->scan_s / r->encode_s, r->scan_s / r->apply_s, Median(r->encode_vs_scan),
+                    Median(r->apply_vs_scan));
     }
     if (rc != kExitOk) break;
   }
@@ -200,7 +218,8 @@ int RunBench(BenchArgs args) {
   if (args.json) std::printf("%s\n", rows.dump().c_str());
   else
     std::printf("%d thread(s), best of %d, SIMD target %s%s. chg %% assumes 2-byte elements. enc = diff+encode; dec = "
-                "verify+decode+apply in memory; x/scn = throughput relative to the two-stream scan of the same pair.\n",
+                "verify+decode+apply in memory; x/scn = throughput relative to the two-stream scan of the same pair (best "
+                "times); x med = the median over repetitions of that ratio within each (scan run just before).\n",
                 threads, args.repeat, ActiveSimdTargetName(),
                 args.cold ? ", inputs evicted from the caches before each timed pass" : "");
   return kExitOk;
@@ -216,7 +235,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   codec->footer(
       "For each consecutive pair of FILES (default: a generated 3-step BF16 trajectory): wire bytes per\n"
       "changed element and per dense byte, diff+encode and decode+apply throughput, and a plain scan of\n"
-      "both inputs measured in the same run, with the ratios. Decode+apply is checked bit-exact.");
+      "both inputs measured in the same run, with the ratios: of the best times, and the median over\n"
+      "repetitions of each repetition's own ratio (steadier where the machine's speed drifts). Decode+apply is\n"
+      "checked bit-exact.");
   codec->add_option("FILES", args->files, "checkpoints in trajectory order");
   codec->add_option("--codec", args->codec, "plain, ctx or both")->check(CLI::IsMember({"plain", "ctx", "both"}))->capture_default_str();
   codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
