@@ -123,6 +123,20 @@ class BitWriter {
       PutUnary(q);
       if (r > 0) Put(low, r);
     }
+    // PutRice(a, r) then PutRice(b, r), in one Put where both codes are short (quotients below
+    // 16, r <= 11: at most 54 bits together), which halves the chain of dependent Put steps.
+    void PutRice2(uint64_t a, uint64_t b, int r) {
+      const uint64_t qa = a >> r, qb = b >> r;
+      if ((qa | qb) < 16 && r <= 11) [[likely]] {
+        const uint64_t mask = (uint64_t{1} << r) - 1;
+        const int la = static_cast<int>(qa) + 1 + r;
+        const uint64_t code_a = ((uint64_t{1} << qa) - 1) | ((a & mask) << (qa + 1));
+        const uint64_t code_b = ((uint64_t{1} << qb) - 1) | ((b & mask) << (qb + 1));
+        return Put(code_a | code_b << la, la + static_cast<int>(qb) + 1 + r);
+      }
+      PutRice(a, r);
+      PutRice(b, r);
+    }
 
     // The first `nbits` bits of `bits` (LSB-first, as a BitWriter wrote them), bit for bit.
     void AppendBits(std::span<const uint8_t> bits, uint64_t nbits) {

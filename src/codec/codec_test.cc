@@ -214,6 +214,37 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
   }
 }
 
+TEST(BitStream, PutRice2WritesTheBitsOfTwoPutRices) {
+  // Quotients and parameters around where the pair stops fitting one write (quotient 16, r 12),
+  // long quotients, and every bit alignment left by a field before the pair.
+  std::mt19937_64 rng(21);
+  for (int rep = 0; rep < 2000; ++rep) {
+    std::vector<uint8_t> pairs, singles;
+    BitWriter a(pairs), b(singles);
+    const int r = static_cast<int>(rng() % 16);
+    {
+      BitWriter::Local la(a), lb(b);
+      const int lead = static_cast<int>(rng() % 8);
+      const uint64_t field = rng() & ((uint64_t{1} << lead) - 1);
+      la.Put(field, lead);
+      lb.Put(field, lead);
+      for (int i = 0; i < 20; ++i) {
+        auto draw = [&] {
+          const uint64_t q = rng() % 8 == 0 ? rng() % 70 : 12 + rng() % 6;  // 12..17 straddles 16
+          return q << r | (rng() & ((uint64_t{1} << r) - 1));
+        };
+        const uint64_t x = draw(), y = draw();
+        la.PutRice2(x, y, r);
+        lb.PutRice(x, r);
+        lb.PutRice(y, r);
+      }
+    }
+    a.Flush();
+    b.Flush();
+    ASSERT_EQ(pairs, singles) << "rep " << rep << " r " << r;
+  }
+}
+
 // Every unary length 0..200 after every bit alignment 0..71, followed by a sentinel field:
 // covers runs that end exactly at the last bit of a full 64-bit reader window.
 TEST(BitStream, UnaryRunsOfEveryLengthAtEveryAlignmentRoundTrip) {

@@ -97,11 +97,14 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
       BitWriter w(*out);
       {
         BitWriter::Local gaps(w);
+        // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start); two per write.
         uint64_t prev = block_start;
-        for (uint32_t p : pos) {
-          gaps.PutRice(p - prev, c.rice_k);
-          prev = uint64_t{p} + 1;
+        size_t i = 0;
+        for (; i + 2 <= pos.size(); i += 2) {
+          gaps.PutRice2(pos[i] - prev, pos[i + 1] - pos[i] - 1, c.rice_k);
+          prev = uint64_t{pos[i + 1]} + 1;
         }
+        if (i < pos.size()) gaps.PutRice(pos[i] - prev, c.rice_k);
       }
       w.Flush();
       break;

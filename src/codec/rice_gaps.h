@@ -35,7 +35,9 @@ inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population
 // Writes each gap as a Rice code with parameter r.
 inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
   BitWriter::Local out(w);
-  for (uint64_t g : gaps) out.PutRice(g, r);
+  size_t i = 0;
+  for (; i + 2 <= gaps.size(); i += 2) out.PutRice2(gaps[i], gaps[i + 1], r);
+  if (i < gaps.size()) out.PutRice(gaps[i], r);
 }
 
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).
