@@ -20,17 +20,15 @@ using value_symbols::kEscape;
 using value_symbols::WithWidth;
 
 // Symbols below this (0x1, 0x3, 0x7 ... : nearly all of a BF16 payload's) are counted in four
-// interleaved histograms, the rest in one: 20 KiB of counters to clear and sum per count, where
+// interleaved histograms, the rest in one: 40 KiB of counters to clear and sum per count, where
 // four whole histograms of the alphabet took 128 KiB.
 constexpr uint32_t kSmallSymbols = 256;
 
 // Adds the symbols of n values of type U at p to the histograms (value i's small symbol to
 // small4[i % 4], a larger one to large), and appends the bytes of escaped values to `escaped`.
-// Counters are 32-bit: a payload holds at most 2^32 values (4 GiB), of which only those of 2-byte
-// and wider types (at most 2^31) can have large symbols.
 template <typename U>
-void CountSymbols(const uint8_t* p, uint64_t n, uint32_t* small4, uint32_t* large, std::vector<uint8_t>* escaped) {
-  auto count = [&](uint64_t i, uint32_t* small) {
+void CountSymbols(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large, std::vector<uint8_t>* escaped) {
+  auto count = [&](uint64_t i, uint64_t* small) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
     if (v >= kEscape) [[unlikely]]
@@ -114,8 +112,8 @@ namespace value_symbols {
 // The symbol counts of some runs (CountSymbols' histograms) and the escaped values' bytes in
 // order. Reused per thread, as are its buffers.
 struct SymbolCounts {
-  std::vector<uint32_t> small4 = std::vector<uint32_t>(4 * kSmallSymbols);
-  std::vector<uint32_t> large = std::vector<uint32_t>(kAlphabet);  // entries below kSmallSymbols stay 0
+  std::vector<uint64_t> small4 = std::vector<uint64_t>(4 * kSmallSymbols);
+  std::vector<uint64_t> large = std::vector<uint64_t>(kAlphabet);  // entries below kSmallSymbols stay 0
   std::vector<uint8_t> escaped;
   uint64_t raw_bytes = 0;
 
@@ -134,7 +132,7 @@ struct SymbolCounts {
   }
   void AddTo(std::vector<uint64_t>* freq) const {
     for (uint32_t v = 0; v < kSmallSymbols; ++v)
-      (*freq)[v] += uint64_t{small4[v]} + small4[kSmallSymbols + v] + small4[2 * kSmallSymbols + v] + small4[3 * kSmallSymbols + v];
+      (*freq)[v] += small4[v] + small4[kSmallSymbols + v] + small4[2 * kSmallSymbols + v] + small4[3 * kSmallSymbols + v];
     for (uint32_t v = kSmallSymbols; v < kAlphabet; ++v) (*freq)[v] += large[v];
   }
 };
@@ -236,9 +234,7 @@ void ValueSectionEncoder::Choose() {
     counts_[i].AddTo(&freq);
     raw_bytes += counts_[i].raw_bytes, escape_bytes += counts_[i].escaped.size();
   }
- 
   code_.emplace(freq);
- 
   const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
   if (escape_bytes * 20 >= raw_bytes) {
