@@ -7,11 +7,13 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "base/cache_evict.h"
 #include "base/durable_file.h"
+#include "base/int_math.h"
 #include "base/mapped_file.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -39,6 +41,20 @@ Result<int> Quarter(int x) {
 TEST(Result, PropagatesTheFirstError) {
   EXPECT_EQ(*Quarter(8), 2);
   EXPECT_EQ(Quarter(6).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(FloorShare, IsTheExactFloorOfNTimesIOverDForAnyN) {
+  std::mt19937_64 rng(5);
+  for (int rep = 0; rep < 100000; ++rep) {
+    const uint64_t n = rep % 3 == 0 ? UINT64_MAX - rng() % 1000 : rng() >> (rng() % 64);
+    const uint64_t d = 1 + (rep % 2 == 0 ? rng() % 16 : rng() % 0xffffffffull);
+    const uint64_t i = rng() % (d + 1);
+    const auto want = static_cast<uint64_t>(static_cast<unsigned __int128>(n) * i / d);
+    ASSERT_EQ(FloorShare(n, i, d), want) << n << " * " << i << " / " << d;
+  }
+  EXPECT_EQ(FloorShare(UINT64_MAX, 7, 8), static_cast<uint64_t>(static_cast<unsigned __int128>(UINT64_MAX) * 7 / 8));
+  EXPECT_EQ(FloorShare(10, 3, 3), 10u);
+  EXPECT_EQ(FloorShare(10, 0, 3), 0u);
 }
 
 TEST(ParallelFor, RunsEveryItemOnceAndReportsTheLowestFailure) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/int_math.h"
 #include "base/thread_pool.h"
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
@@ -166,8 +167,7 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
   size_t s = 0;
   uint64_t before = 0;  // elements of the segments before s
   for (size_t p = 1; p < parts; ++p) {
-    // floor(p * total / parts) without overflow: total < 2^61 (bytes of a payload's segments).
-    const uint64_t at = total_elements / parts * p + total_elements % parts * p / parts;
+    const uint64_t at = FloorShare(total_elements, p, parts);
     while (before + segs[s].elements() <= at) before += segs[s++].elements();
     const uint64_t elem = (at - before) / kBandPartAlign * kBandPartAlign;
     starts[p] = {s, elem, before + elem};

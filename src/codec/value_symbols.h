@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/int_math.h"
 #include "codec/huffman.h"
 
 namespace dcr::value_symbols {
@@ -32,6 +33,6 @@ auto WithWidth(uint32_t width, Fn&& fn) {
 }
 
 // Stream i of n values cut into s streams holds values [n i / s, n (i + 1) / s) (floor).
-inline uint64_t StreamStart(uint64_t n, uint64_t s, uint64_t i) { return n / s * i + n % s * i / s; }
+inline uint64_t StreamStart(uint64_t n, uint64_t s, uint64_t i) { return FloorShare(n, i, s); }
 
 }  // namespace dcr::value_symbols
