@@ -2,6 +2,7 @@
 // Readers never read past their span: every accessor reports failure instead.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -281,32 +282,38 @@ class BitReader {
   // n Rice codes with parameter r (<= 30) and quotients <= limit, each passed to take(code),
   // which returns false to stop early. Reads what n GetRice calls would, faster: the window
   // lives in locals across the loop (as members it would be stored and reloaded for every code,
-  // since the out-of-line slow case takes `this`), and one refill serves up to three codes, so
-  // the refill's load is off the chain of dependent shifts for most codes. Returns false if take
-  // stopped or the input ran out (overrun() then tells which). Always inlined, so that what
-  // `take` captures stays in registers too.
+  // since the out-of-line slow case takes `this`), and inverted, so that a code's unary length is
+  // one trailing-zero count (the dependent chain per code: count, add, shift); one refill serves
+  // as many codes as usually fit (PerRefill), so the refill's load, which waits for the codes
+  // before it, comes once per several codes. Returns false if take stopped or the input ran out
+  // (overrun() then tells which). Always inlined, so that what `take` captures stays in
+  // registers too.
   template <class Take>
   [[gnu::always_inline]] inline bool GetRiceRun(uint64_t n, int r, uint64_t limit, Take&& take) {
-    uint64_t acc = acc_;
+    // inv holds the complement of the window's fill bits; above them, zeros or complemented
+    // input bits (a logical shift brings in zeros), so that OR-ing a refill's complemented
+    // word is exact as for acc_.
     int fill = fill_;
+    uint64_t inv = ~acc_ & LowMask(fill);
     size_t pos = pos_;
     const uint8_t* const data = b_.data();
     const size_t size = b_.size();
     const uint64_t low_mask = (uint64_t{1} << r) - 1;
-    auto sync = [&] { acc_ = acc, fill_ = fill, pos_ = pos; };
+    const int per_refill = PerRefill(r);
+    auto sync = [&] { acc_ = ~inv & LowMask(fill), fill_ = fill, pos_ = pos; };
     uint64_t j = 0;
     while (j < n) {
       int taken = 0;
       if (size - pos >= 8) {
-        acc |= LoadWord(data + pos) << fill;  // as RefillWindow: fill now 56..63
+        inv |= ~LoadWord(data + pos) << fill;  // as RefillWindow: fill now 56..63
         pos += static_cast<size_t>((63 - fill) >> 3);
         fill |= 56;
-        for (; taken < 3 && j < n; ++taken, ++j) {
-          const int ones = std::countr_one(acc);
-          const int total = ones + 1 + r;  // <= fill <= 63 when taken, so acc >> total is defined
+        for (; taken < per_refill && j < n; ++taken, ++j) {
+          const int ones = std::countr_zero(inv);
+          const int total = ones + 1 + r;  // <= fill <= 63 when taken, so inv >> total is defined
           if (total > fill || static_cast<uint64_t>(ones) > limit) break;
-          const uint64_t code = static_cast<uint64_t>(ones) << r | ((acc >> ones) >> 1 & low_mask);
-          acc >>= total;
+          const uint64_t code = static_cast<uint64_t>(ones) << r | (~((inv >> ones) >> 1) & low_mask);
+          inv >>= total;
           fill -= total;
           if (!take(code)) return sync(), false;
         }
@@ -316,7 +323,7 @@ class BitReader {
       sync();
       const uint64_t code = GetRice(r, limit);
       if (overrun_) return false;
-      acc = acc_, fill = fill_, pos = pos_;
+      fill = fill_, inv = ~acc_ & LowMask(fill), pos = pos_;
       ++j;
       if (!take(code)) return sync(), false;
     }
@@ -342,6 +349,11 @@ class BitReader {
     }
     return GetRiceInParts(r, limit);
   }
+  // The low `bits` (0..64) bits set.
+  static uint64_t LowMask(int bits) { return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }
+  // Codes GetRiceRun reads per refill of 56+ bits: as many as fit when quotients average under
+  // two (Rice parameters are fitted so that they average about one), at most 8.
+  static int PerRefill(int r) { return std::clamp(56 / (r + 3), 1, 8); }
   // 8 input bytes from p as one word, as RefillWindow reads them.
   static uint64_t LoadWord(const uint8_t* p) {
     uint64_t v;

@@ -210,6 +210,12 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
     for (size_t i = 0; i < taken; ++i) stopped_ref.GetRice(r, limit);
     if (!stopped.overrun()) {
       ASSERT_EQ(stopped.bytes_consumed(), stopped_ref.bytes_consumed()) << "rep " << rep;
+      // The window it hands back reads on as GetRice's does (GetRiceRun keeps it inverted).
+      for (int i = 0; i < 5; ++i) {
+        const uint64_t want = stopped_ref.GetRice(r, limit);
+        ASSERT_EQ(stopped.GetRice(r, limit), want) << "rep " << rep << " code after the run " << i;
+        ASSERT_EQ(stopped.overrun(), stopped_ref.overrun()) << "rep " << rep;
+      }
     }
   }
 }
