@@ -19,7 +19,6 @@ namespace dcr {
 namespace {
 
 std::atomic<uint64_t> g_helper_parts{0};
-std::atomic<SecondPartWalker> g_second_part_walker{SecondPartWalker::kClaimed};
 
 // The location section's fields before the bit streams, and each part's stream.
 struct BandedHeader {
@@ -177,8 +176,6 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 }
 
 uint64_t GetBandPartsDecodedByHelper() { return g_helper_parts.load(); }
-void SetSecondPartWalkerForTests(SecondPartWalker walker) { g_second_part_walker.store(walker); }
-SecondPartWalker GetSecondPartWalkerForTests() { return g_second_part_walker.load(std::memory_order_relaxed); }
 
 Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
@@ -215,7 +212,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::sp
 
   // Parts go to whichever thread claims them first, in order; a helper that comes late takes
   // what is left, or nothing. Then the value section (`also`), if still unclaimed.
-  const SecondPartWalker walker = g_second_part_walker.load(std::memory_order_relaxed);
+  const SecondPartWalker walker = GetSecondPartWalkerForTests();
   std::atomic<size_t> next{walker == SecondPartWalker::kHelperPath ? size_t{1} : size_t{0}};
   std::atomic<size_t> done{0};
   auto take_parts = [&](bool helper) {

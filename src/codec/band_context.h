@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
+#include "codec/second_part_walker.h"
 #include "codec/simd_masks.h"
 
 namespace dcr {
@@ -93,13 +94,5 @@ uint64_t GetBandPartsDecodedByHelper();
 
 // The band fit's class counts are split between two threads only in payloads this large.
 inline constexpr uint64_t kSplitWalkMinElements = 256 * 1024;
-
-// For tests: who takes which part (and the encoder's second fit count, and the value section's
-// second half). kClaimed: whichever thread claims it first (the default). kHelperPath: the helper
-// always comes (it is waited for) and takes every part but the first, and the second count.
-// kCallerWalksOn: the calling thread does everything. So each path runs whatever the timing.
-enum class SecondPartWalker { kClaimed, kHelperPath, kCallerWalksOn };
-void SetSecondPartWalkerForTests(SecondPartWalker walker);
-SecondPartWalker GetSecondPartWalkerForTests();
 
 }  // namespace dcr

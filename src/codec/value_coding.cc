@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
-#include "codec/band_context.h"
 #include "codec/bit_stream.h"
 #include "codec/huffman.h"
 #include "codec/section_coding.h"

@@ -16,8 +16,8 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
-#include "codec/band_context.h"
 #include "codec/huffman.h"
+#include "codec/second_part_walker.h"
 
 namespace dcr {
 
