@@ -22,7 +22,6 @@
 
 #include "base/status.h"
 #include "format/checkpoint.h"
-#include "protocol/baseline_dir.h"
 #include "protocol/state_digest.h"
 #include "protocol/version.h"
 

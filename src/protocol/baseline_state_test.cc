@@ -18,6 +18,7 @@
 
 #include "base/durable_file.h"
 #include "format/checkpoint.h"
+#include "protocol/baseline_dir.h"
 #include "protocol/baseline_state.h"
 #include "protocol/ownership.h"
 #include "protocol/payload_plan.h"
