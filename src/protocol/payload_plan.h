@@ -52,7 +52,7 @@ struct EncodedPayload {
 // first (its buffers are reused). With nothing changed, `out->bytes` stays empty and nothing is
 // encoded. The bytes depend only on the inputs (not on threads or scheduling). With threads >= 2
 // and at least kConcurrentDiffMinElements elements in two or more segments, a second thread diffs
-// the later half of the segments; and codes the value section (PayloadBuilder::Finish).
+// segments too (both take them largest first); and codes the value section (PayloadBuilder::Finish).
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                           const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
                           const PayloadIdentity& identity, EncodedPayload* out, int threads = 1);

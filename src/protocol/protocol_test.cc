@@ -308,9 +308,10 @@ TEST(DeltaDeterminism, FileIsByteIdenticalForOneTwoAndFourThreadsAndAnyChunkSize
   }
 }
 
-// One payload of at least kConcurrentDiffMinElements elements: with two threads, a second thread
-// diffs its later segments (EncodePlannedPayload); and a value section decodes beside the
-// location section (DecodePayload). The file must be the one one thread writes, and apply.
+// One payload of at least kConcurrentDiffMinElements elements: with two threads, both diff its
+// segments, largest first, each into the segment's own slot (EncodePlannedPayload); and a value
+// section decodes beside the location section (DecodePayload). The file must be the one one
+// thread writes, and apply.
 TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndApplies) {
   using Context = EncodeOptions::Context;
   TempDir dir{"dcr_protocol_test_"};
@@ -319,6 +320,8 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
   base.Add("a.weight", DType::kBF16, {600, 1000}, rng);
   base.Add("b.weight", DType::kBF16, {300, 1000}, rng);
   base.Add("c.weight", DType::kF32, {200, 1000}, rng);
+  base.Add("d.bias", DType::kBF16, {1000}, rng);  // small ones, taken last by whichever thread is free
+  base.Add("e.bias", DType::kF32, {3000}, rng);
   Tensors next = base;
   for (size_t t = 0; t < next.list.size(); ++t) {
     const uint32_t w = DTypeWidth(next.list[t].dtype);
@@ -329,7 +332,7 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
   const std::string base_path = dir / "base.safetensors", next_path = dir / "next.safetensors";
   ASSERT_TRUE(WriteSafetensors(base_path, base.Bind()).ok());
   ASSERT_TRUE(WriteSafetensors(next_path, next.Bind()).ok());
-  ASSERT_GE(uint64_t{600000 + 300000 + 200000}, kConcurrentDiffMinElements);
+  ASSERT_GE(uint64_t{600000 + 300000 + 200000 + 1000 + 3000}, kConcurrentDiffMinElements);
   for (Context context : {Context::kNever, Context::kWhenSmaller}) {
     std::vector<std::vector<uint8_t>> files;
     for (int threads : {1, 2}) {
