@@ -7,6 +7,7 @@
 #include <hwy/highway.h>
 
 #include "codec/simd_masks-inl.h"
+#include "codec/diff_extract-inl.h"  // after simd_masks-inl.h: uses PopCount64
 #include "codec/simd_masks.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -19,6 +20,11 @@ size_t DifferMasksImpl(const uint8_t* a, const uint8_t* b, uint32_t width, size_
 void ClassAtLeastMasksImpl(const uint8_t* e, uint32_t width, size_t count, int shift, uint32_t cm, const uint8_t* t,
                            int k, uint64_t* out) {
   ClassAtLeastMasksAnyWidth(e, width, count, shift, cm, t, k, MaskOut{out, (count + 63) / 64, 1});
+}
+size_t ExtractChangesImpl(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
+                          const uint64_t* masks, size_t differ, bool is_xor, uint32_t first, uint32_t* positions,
+                          uint8_t* values) {
+  return ExtractChangesAnyWidth(base, next, width, count, masks, differ, is_xor, first, positions, values);
 }
 int64_t TargetOfThisCode() { return HWY_TARGET; }
 
@@ -35,10 +41,17 @@ namespace dcr {
 
 HWY_EXPORT(DifferMasksImpl);
 HWY_EXPORT(ClassAtLeastMasksImpl);
+HWY_EXPORT(ExtractChangesImpl);
 HWY_EXPORT(TargetOfThisCode);
 
 size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks) {
   return HWY_DYNAMIC_DISPATCH(DifferMasksImpl)(a, b, width, count, masks);
+}
+
+size_t ExtractChanges(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count, const uint64_t* masks,
+                      size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values) {
+  return HWY_DYNAMIC_DISPATCH(ExtractChangesImpl)(base, next, width, count, masks, differ, is_xor, first, positions,
+                                                  values);
 }
 
 void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,

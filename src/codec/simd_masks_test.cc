@@ -81,6 +81,45 @@ TEST_P(SimdMasks, DifferMasksMatchTheScalarModel) {
       }
 }
 
+// Positions and values of the marked elements, in order, from `first`; at most kExtractSlack
+// entries written past them. Densities from none to all cover both of the AVX-512 path's ways
+// (a compress per word from one change per word up, a walk over set bits below), and runs
+// longer than a tile its fallback.
+TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
+  std::mt19937_64 rng(13);
+  constexpr uint8_t kGuard = 0xA5;
+  for (uint32_t w : {1u, 2u, 4u, 8u})
+    for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{200}, kMaskTileElements - 1, kMaskTileElements,
+                     kMaskTileElements + 70})
+      for (int rep = 0; rep < 6; ++rep) {
+        std::vector<uint8_t> a, b;
+        Fill(rng, w, n, &a, &b);
+        std::vector<uint64_t> masks((n + 63) / 64);
+        const size_t differ = DifferMasks(a.data(), b.data(), w, n, masks.data());
+        const bool is_xor = rep % 2 == 0;
+        const uint32_t first = static_cast<uint32_t>(rng() % 100000);
+        std::vector<uint32_t> want_pos;
+        std::vector<uint8_t> want_val;
+        for (size_t i = 0; i < n; ++i) {
+          if (Load(a, i, w) == Load(b, i, w)) continue;
+          want_pos.push_back(first + static_cast<uint32_t>(i));
+          const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
+          for (uint32_t k = 0; k < w; ++k) want_val.push_back(static_cast<uint8_t>(v >> (8 * k)));
+        }
+        ASSERT_EQ(differ, want_pos.size());
+        // One guard entry past the allowed slack, which must stay untouched.
+        std::vector<uint32_t> pos(differ + kExtractSlack + 1, 0xA5A5A5A5u);
+        std::vector<uint8_t> val((differ + kExtractSlack + 1) * w, kGuard);
+        ASSERT_EQ(ExtractChanges(a.data(), b.data(), w, n, masks.data(), differ, is_xor, first, pos.data(), val.data()),
+                  differ);
+        EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << "width " << w << " n " << n;
+        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << "width " << w << " n " << n;
+        pos.resize(differ), val.resize(differ * w);
+        ASSERT_EQ(pos, want_pos) << "width " << w << " n " << n << " xor " << is_xor;
+        ASSERT_EQ(val, want_val) << "width " << w << " n " << n << " xor " << is_xor;
+      }
+}
+
 TEST_P(SimdMasks, ClassMasksMatchTheScalarModelForEveryFloatDType) {
   std::mt19937_64 rng(12);
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kF8E4M3, DType::kF8E5M2, DType::kI32}) {

@@ -109,6 +109,16 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
     const Pair p = MakePair(width, kCount, width);
     std::vector<uint64_t> masks(8 * (kCount / 64 + 1));
     ExpectLeavesClean("DifferMasks", [&] { DifferMasks(p.base.data(), p.next.data(), width, kCount, masks.data()); });
+    {
+      const size_t tile = kMaskTileElements;
+      const size_t differ = DifferMasks(p.base.data(), p.next.data(), width, tile, masks.data());
+      std::vector<uint32_t> positions(differ + kExtractSlack);
+      std::vector<uint8_t> values(positions.size() * width);
+      ExpectLeavesClean("ExtractChanges", [&] {
+        ExtractChanges(p.base.data(), p.next.data(), width, tile, masks.data(), differ, true, 0, positions.data(),
+                       values.data());
+      });
+    }
     const uint8_t thresholds[3] = {10, 60, 200};
     ExpectLeavesClean("ClassAtLeastMasks",
                       [&] { ClassAtLeastMasks(p.base.data(), width, kCount, 0, 0xff, thresholds, 3, masks.data()); });

@@ -1,0 +1,124 @@
+// Per-target kernel of the diff (simd_masks.h, ExtractChanges): the positions and values of the
+// elements a DifferMasks call marked. Included by simd_masks.cc, compiled once per Highway
+// target; the include-guard toggling is Highway's convention for such headers.
+#if defined(DCR_CODEC_DIFF_EXTRACT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef DCR_CODEC_DIFF_EXTRACT_INL_H_
+#undef DCR_CODEC_DIFF_EXTRACT_INL_H_
+#else
+#define DCR_CODEC_DIFF_EXTRACT_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Visits only the words holding changes (a test per word would mispredict often at the usual
+// 0.5-5 % change: a word of 64 elements holds one a quarter to all of the time), and within a
+// word the set bits four per step: a loop whose exit is predictable where a loop per set bit would
+// mispredict once per word. Steps past the last set bit write up to kExtractSlack spare slots.
+template <typename U>
+size_t ExtractWordsScalar(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t from_word,
+                          size_t count, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val) {
+  const uint32_t* const pos0 = pos;
+  const size_t words = (count + 63) / 64;
+  for (size_t group = from_word; group < words; group += 64) {
+    uint64_t nonzero = 0;  // bit k: word group + k holds changes
+    const size_t in_group = std::min<size_t>(64, words - group);
+    for (size_t k = 0; k < in_group; ++k) nonzero |= static_cast<uint64_t>(masks[group + k] != 0) << k;
+    for (; nonzero != 0; nonzero &= nonzero - 1) {
+      const size_t w = group + static_cast<size_t>(__builtin_ctzll(nonzero));
+      for (uint64_t m = masks[w]; m != 0;) {
+        size_t step = 0;
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          // Past the last set bit ctz(0) would be undefined: bit 63 stands in (clamped to the
+          // run for the loads; the slot is not kept).
+          const size_t i = 64 * w + static_cast<size_t>(__builtin_ctzll(m | (uint64_t{1} << 63)));
+          U ob, nb;
+          std::memcpy(&ob, base + std::min(i, count - 1) * sizeof(U), sizeof(U));
+          std::memcpy(&nb, next + std::min(i, count - 1) * sizeof(U), sizeof(U));
+          const U v = is_xor ? static_cast<U>(ob ^ nb) : nb;
+          pos[u] = first + static_cast<uint32_t>(i);
+          std::memcpy(val + u * sizeof(U), &v, sizeof(U));
+          step += m != 0;
+          m &= m - 1;
+        }
+        pos += step;
+        val += step * sizeof(U);
+      }
+    }
+  }
+  return static_cast<size_t>(pos - pos0);
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512, 2-byte elements: every whole word is compressed in registers, 32 values and their
+// 16-bit positions per instruction, at a fixed cost per word and without a branch on its bits;
+// the positions are then widened 16 at a time (compressing them as 32-bit lanes took twice the
+// compress instructions, which all run on one port). Below about one change per word the scalar
+// walk, which skips empty words, does less work, so the run picks by its change count.
+HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t count,
+                                 size_t differ, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val) {
+  constexpr size_t kMaxCount = 4096;  // the 16-bit positions of a run, and the buffer below
+  const size_t full = count / 64;
+  if (differ < full || count > kMaxCount)
+    return ExtractWordsScalar<uint16_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+  const hn::Full512<uint16_t> d16;
+  const hn::Full512<uint32_t> d32;
+  const hn::Half<decltype(d16)> dh16;
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
+  uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
+  HWY_ALIGN uint16_t local[kMaxCount + 64];  // 16-bit positions, and room for a whole vector past them
+  uint16_t* lp = local;
+  const auto iota = hn::Iota(d16, 0);
+  for (size_t w = 0; w < full; ++w) {
+    const uint8_t* bits = reinterpret_cast<const uint8_t*>(masks + w);  // lane i: bit i, little-endian
+    for (size_t j = 0; j < 64; j += 32) {
+      const auto m = hn::LoadMaskBits(d16, bits + j / 8);
+      const auto nv = hn::LoadU(d16, b + 64 * w + j);
+      const auto v = is_xor ? hn::Xor(hn::LoadU(d16, a + 64 * w + j), nv) : nv;
+      const size_t n = static_cast<size_t>(PopCount64(static_cast<uint32_t>(masks[w] >> j)));
+      hn::StoreU(hn::Compress(v, m), d16, v16);
+      hn::StoreU(hn::Compress(hn::Add(iota, hn::Set(d16, static_cast<uint16_t>(64 * w + j))), m), d16, lp);
+      v16 += n, lp += n;
+    }
+  }
+  const size_t done = static_cast<size_t>(lp - local);
+  const auto at = hn::Set(d32, first);
+  for (size_t k = 0; k < done; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, local + k)), at), d32, pos + k);
+  return done + ExtractWordsScalar<uint16_t>(base, next, masks, full, count, is_xor, first, pos + done,
+                                             reinterpret_cast<uint8_t*>(v16));
+}
+#endif
+
+// Returns the number of marked elements, whose positions (first + index) and values (XOR of old and
+// new bits, or the new bits) it wrote in ascending order, plus up to kExtractSlack spare slots.
+HWY_INLINE size_t ExtractChangesAnyWidth(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
+                                         const uint64_t* masks, size_t differ, bool is_xor, uint32_t first,
+                                         uint32_t* pos, uint8_t* val) {
+  if (count == 0) return 0;
+  switch (width) {
+    case 1: return ExtractWordsScalar<uint8_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 2: return ExtractWords16(base, next, masks, count, differ, is_xor, first, pos, val);
+#else
+    case 2: return (void)differ, ExtractWordsScalar<uint16_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+#endif
+    case 4: return ExtractWordsScalar<uint32_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+    default: return ExtractWordsScalar<uint64_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
