@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "codec/bit_stream.h"
 
@@ -38,13 +39,27 @@ uint64_t RangesBytes(std::span<const uint32_t> pos, uint64_t block_start, uint64
 // to those (ChooseBlock).
 BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int k0, uint64_t bitmap_bytes) {
   BlockCosts c;
-  uint64_t next = block_start;  // the position a change would take with gap 0
-  uint64_t q0 = 0, q1 = 0, q2 = 0, gapped = 0;
-  for (uint32_t p : pos) {
-    const uint64_t gap = p - next;
+  // Gap i = pos[i] - pos[i - 1] - 1 (gap 0 = pos[0] - block_start), four per step in 32-bit
+  // lanes (a block is under 2^32 elements, so no gap or sum overflows); the sums are the same
+  // as one gap at a time.
+  using Lanes = uint32_t __attribute__((vector_size(16)));
+  const uint64_t first_gap = pos.front() - block_start;
+  uint64_t q0 = first_gap >> k0, q1 = first_gap >> (k0 + 1), q2 = first_gap >> (k0 + 2), gapped = first_gap > 0;
+  Lanes v0 = {}, v1 = {}, v2 = {}, vg = {};
+  size_t i = 1;
+  for (; i + 4 <= pos.size(); i += 4) {
+    Lanes cur, prev;
+    std::memcpy(&cur, pos.data() + i, sizeof(cur));
+    std::memcpy(&prev, pos.data() + i - 1, sizeof(prev));
+    const Lanes gap = cur - prev - 1;
+    v0 += gap >> k0, v1 += gap >> (k0 + 1), v2 += gap >> (k0 + 2);
+    vg -= gap != 0;  // a true lane is all ones (-1)
+  }
+  for (int l = 0; l < 4; ++l) q0 += v0[l], q1 += v1[l], q2 += v2[l], gapped += vg[l];
+  for (; i < pos.size(); ++i) {
+    const uint64_t gap = pos[i] - pos[i - 1] - 1;
     q0 += gap >> k0, q1 += gap >> (k0 + 1), q2 += gap >> (k0 + 2);
     gapped += gap > 0;
-    next = uint64_t{p} + 1;
   }
   // A run starts at the first change and at every change after a gap.
   c.runs = gapped + (pos.front() == block_start ? 1 : 0);
