@@ -34,6 +34,24 @@ uint64_t RangesBytes(std::span<const uint32_t> pos, uint64_t block_start, uint64
   return bytes;
 }
 
+using Lanes = uint32_t __attribute__((vector_size(16)));  // SSE2 on baseline x86-64, NEON on aarch64
+
+// How many of p[from, to) do not continue the run before them (p[i] != p[i - 1] + 1); p[from - 1]
+// must exist. Four per step.
+uint64_t CountRunStarts(const uint32_t* from, const uint32_t* to) {
+  Lanes starts = {};
+  const uint32_t* p = from;
+  for (; to - p >= 4; p += 4) {
+    Lanes cur, prev;
+    std::memcpy(&cur, p, sizeof(cur));
+    std::memcpy(&prev, p - 1, sizeof(prev));
+    starts -= cur != prev + 1;  // a true lane is all ones (-1)
+  }
+  uint64_t n = uint64_t{starts[0]} + starts[1] + starts[2] + starts[3];
+  for (; p < to; ++p) n += p[0] != p[-1] + 1;
+  return n;
+}
+
 // Rice costs and the run count in one branch-free pass; the ranges size only if its lower bound
 // (two bytes per run plus the count) does not already lose to Rice or the bitmap, since ties go
 // to those (ChooseBlock).
@@ -42,7 +60,6 @@ BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int
   // Gap i = pos[i] - pos[i - 1] - 1 (gap 0 = pos[0] - block_start), four per step in 32-bit
   // lanes (a block is under 2^32 elements, so no gap or sum overflows); the sums are the same
   // as one gap at a time.
-  using Lanes = uint32_t __attribute__((vector_size(16)));
   const uint64_t first_gap = pos.front() - block_start;
   uint64_t q0 = first_gap >> k0, q1 = first_gap >> (k0 + 1), q2 = first_gap >> (k0 + 2), gapped = first_gap > 0;
   Lanes v0 = {}, v1 = {}, v2 = {}, vg = {};
@@ -205,8 +222,7 @@ uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64
         rice_bits = std::min(rice_bits, n * static_cast<uint64_t>(r + 1) + quotients);
       }
       // Ranges: every run costs a gap and a length varint, at least a byte each.
-      uint64_t runs = 1;
-      for (const uint32_t* p = at + 1; p < stop; ++p) runs += p[0] != p[-1] + 1;
+      const uint64_t runs = 1 + CountRunStarts(at + 1, stop);
       const uint64_t ranges = static_cast<uint64_t>(VarintSize(runs)) + 2 * runs;
       bytes += 1 + std::min({1 + (rice_bits + 7) / 8, (len + 7) / 8, ranges});
     }
