@@ -91,6 +91,8 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
       v16 += n, lp += n;
     }
   }
+  // The last widening step reads up to 15 unwritten entries of `local`; what it makes of them
+  // lands in the caller's spare slots, or is overwritten by the tail below.
   const size_t done = static_cast<size_t>(lp - local);
   const auto at = hn::Set(d32, first);
   for (size_t k = 0; k < done; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, local + k)), at), d32, pos + k);

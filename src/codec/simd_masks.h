@@ -1,5 +1,6 @@
 // SIMD predicate kernels of the codec: each turns a run of fixed-width elements into bit masks,
-// one bit per element, 64 elements per word (element i -> bit i % 64 of word i / 64). Compiled for
+// one bit per element, 64 elements per word (element i -> bit i % 64 of word i / 64); and the
+// diff's extraction of the elements such masks mark (ExtractChanges). Compiled for
 // every Highway target of the platform (SSE2..AVX-512 on x86-64, NEON/SVE on aarch64, portable
 // scalar everywhere) and dispatched at run time to the best one the CPU has. Every target gives
 // bit-identical masks (simd_masks_test checks each compiled target against a scalar model).
@@ -22,7 +23,8 @@ size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t co
 // The elements `masks` marks (as DifferMasks wrote them for these `count` elements; `differ`
 // set bits): for each in ascending order, its position first + index into `positions` and its
 // value, the XOR of the two elements' bits (is_xor) or b's bits, as `width` bytes into `values`.
-// Returns `differ`. Both outputs need room for kExtractSlack more entries, which may be written.
+// Returns `differ`. Both outputs need room for kExtractSlack more entries, which may be written;
+// first + count must not exceed 2^32.
 inline constexpr size_t kExtractSlack = 32;
 size_t ExtractChanges(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, const uint64_t* masks,
                       size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values);
