@@ -77,4 +77,28 @@ run_expect 0 "$DCR" inspect base.safetensors
 grep -q "big.bf16" "$WORK/out" || fail "inspect text lists no tensors"
 run_expect 0 "$DCR" inspect delta.dcr
 grep -q "changed" "$WORK/out" || fail "inspect text of a delta"
+
+note "inspect counts payloads per codec mode and value codec"
+# A generated training step (BF16, Adam-like): context mode wins on it, unlike on the pair above.
+"$DCR_TESTDATA" chain --steps 1 --layers 2 --hidden 256 chain >/dev/null
+for codec in plain ctx; do
+  run_expect 0 "$DCR" diff --codec $codec --chunk-mib 1 chain/step_0.safetensors chain/step_1.safetensors -o modes_$codec.dcr
+  run_expect 0 "$DCR" inspect --json modes_$codec.dcr
+  "$PYTHON" -c '
+import json, sys
+j, codec = json.load(open(sys.argv[1])), sys.argv[2]
+modes, codecs, n = j["payload_modes"], j["value_codecs"], j["payloads"]
+assert n >= 2, "expected several payloads with 1 MiB chunks: %d" % n
+assert sum(modes.values()) == n and sum(codecs.values()) == n, (modes, codecs, n)
+assert j["context_payloads"] == n - modes.get("plain", 0), (j["context_payloads"], modes)
+if codec == "plain":
+    assert modes == {"plain": n}, modes
+else:
+    assert j["context_payloads"] > 0, modes
+assert set(modes) <= {"plain", "context", "context_bands", "context_parts"}, modes
+assert set(codecs) <= {"planes_raw", "planes_zstd", "huffman", "huffman_streams"}, codecs' "$WORK/out" $codec ||
+    fail "inspect --json payload_modes/value_codecs of the $codec delta: $(cat "$WORK/out")"
+  run_expect 0 "$DCR" inspect modes_$codec.dcr
+  grep -q "payload modes: .*; value codecs: " "$WORK/out" || fail "inspect text lists no payload modes ($codec)"
+done
 echo "PASS"
