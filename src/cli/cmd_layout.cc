@@ -17,8 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-void PrintJson(const Json& j) { std::printf("%s\n", j.dump().c_str()); }
-
 struct GenerateArgs {
   std::string config, role, out, dtype;
   uint32_t tp = 1, pp = 1, ep = 1;

@@ -6,7 +6,8 @@
 
 namespace dcr::cli {
 
-void RegisterFileCommands(CLI::App& app, int* exit_code);  // diff apply verify digest inspect
+void RegisterFileCommands(CLI::App& app, int* exit_code);  // diff apply verify digest
+void RegisterInspectCommand(CLI::App& app, int* exit_code);
 void RegisterDemoCommand(CLI::App& app, int* exit_code);
 void RegisterLayoutCommands(CLI::App& app, int* exit_code);  // layout generate/check, shard
 void RegisterBenchCommand(CLI::App& app, int* exit_code);  // bench codec

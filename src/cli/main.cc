@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       "version; 9 internal error. Run `dcr <command> --help` for each command.");
   int exit_code = 0;
   dcr::cli::RegisterFileCommands(app, &exit_code);
+  dcr::cli::RegisterInspectCommand(app, &exit_code);
   dcr::cli::RegisterDemoCommand(app, &exit_code);
   dcr::cli::RegisterLayoutCommands(app, &exit_code);
   dcr::cli::RegisterBenchCommand(app, &exit_code);

@@ -42,6 +42,8 @@ ProgressFn MakeProgress(const std::string& label, bool force) {
   };
 }
 
+void PrintJson(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+
 std::string HumanBytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/status.h"
@@ -30,6 +31,9 @@ int ReportError(const std::string& command, const Status& s);
 // A progress reporter writing "\r<label> 42% (1.2 GiB / 2.9 GiB)" to stderr; silent unless
 // stderr is a terminal or `force` is set.
 ProgressFn MakeProgress(const std::string& label, bool force);
+
+// Prints one JSON object on one line of stdout (the --json output of a command).
+void PrintJson(const nlohmann::json& j);
 
 std::string HumanBytes(double bytes);
 std::string Fixed(double v, int digits);
