@@ -1,8 +1,5 @@
 // Offline commands on files: diff, apply, verify, digest (inspect: cmd_inspect.cc).
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
