@@ -52,17 +52,17 @@ uint64_t CountRunStarts(const uint32_t* from, const uint32_t* to) {
   return n;
 }
 
-// Rice costs and the run count in one branch-free pass; the ranges size only if its lower bound
-// (two bytes per run plus the count) does not already lose to Rice or the bitmap, since ties go
-// to those (ChooseBlock).
+// Rice costs in one branch-free pass, and the run count (CountRunStarts); the ranges size only if
+// its lower bound (two bytes per run plus the count) does not already lose to Rice or the bitmap,
+// since ties go to those (ChooseBlock).
 BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int k0, uint64_t bitmap_bytes) {
   BlockCosts c;
   // Gap i = pos[i] - pos[i - 1] - 1 (gap 0 = pos[0] - block_start), four per step in 32-bit
   // lanes (a block is under 2^32 elements, so no gap or sum overflows); the sums are the same
   // as one gap at a time.
   const uint64_t first_gap = pos.front() - block_start;
-  uint64_t q0 = first_gap >> k0, q1 = first_gap >> (k0 + 1), q2 = first_gap >> (k0 + 2), gapped = first_gap > 0;
-  Lanes v0 = {}, v1 = {}, v2 = {}, vg = {};
+  uint64_t q0 = first_gap >> k0, q1 = first_gap >> (k0 + 1), q2 = first_gap >> (k0 + 2);
+  Lanes v0 = {}, v1 = {}, v2 = {};
   size_t i = 1;
   for (; i + 4 <= pos.size(); i += 4) {
     Lanes cur, prev;
@@ -70,16 +70,14 @@ BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int
     std::memcpy(&prev, pos.data() + i - 1, sizeof(prev));
     const Lanes gap = cur - prev - 1;
     v0 += gap >> k0, v1 += gap >> (k0 + 1), v2 += gap >> (k0 + 2);
-    vg -= gap != 0;  // a true lane is all ones (-1)
   }
-  for (int l = 0; l < 4; ++l) q0 += v0[l], q1 += v1[l], q2 += v2[l], gapped += vg[l];
+  for (int l = 0; l < 4; ++l) q0 += v0[l], q1 += v1[l], q2 += v2[l];
   for (; i < pos.size(); ++i) {
     const uint64_t gap = pos[i] - pos[i - 1] - 1;
     q0 += gap >> k0, q1 += gap >> (k0 + 1), q2 += gap >> (k0 + 2);
-    gapped += gap > 0;
   }
   // A run starts at the first change and at every change after a gap.
-  c.runs = gapped + (pos.front() == block_start ? 1 : 0);
+  c.runs = 1 + CountRunStarts(pos.data() + 1, pos.data() + pos.size());
   const uint64_t n = pos.size();
   c.rice_bits[0] = q0 + n * static_cast<uint64_t>(k0 + 1);
   c.rice_bits[1] = q1 + n * static_cast<uint64_t>(k0 + 2);
