@@ -266,21 +266,31 @@ class BitReader {
   // must take at most 56 bits per refill. Near the end of the input, use the checked calls above
   // instead.
   bool HasWindow() const { return b_.size() - pos_ >= 8; }
-  void RefillWindow() {
-    uint64_t next;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Warray-bounds"
-    std::memcpy(&next, b_.data() + pos_, 8);
-#pragma GCC diagnostic pop
-    acc_ |= next << fill_;  // bits already in acc_ above fill_ are the same input bits, or zero
-    pos_ += static_cast<size_t>((63 - fill_) >> 3);
-    fill_ |= 56;  // fill_ + 8 * (whole bytes taken): same low three bits, now in 56..63
-  }
+  void RefillWindow() { Refill(b_.data(), &pos_, &acc_, &fill_); }
   uint64_t window() const { return acc_; }
   void SkipInWindow(int nbits) {
     acc_ >>= nbits;
     fill_ -= nbits;
   }
+
+  // The same fast path on a copy of the reader's state, for a loop that stores through byte
+  // pointers: those may alias the reader's members, which would then be stored and loaded again
+  // around every store; a local copy whose address is never taken stays in registers.
+  // TakeWindow() copies the state out, PutWindow() puts it back; in between, use only the copy.
+  struct Window {
+    const uint8_t* data;
+    size_t size, pos;
+    uint64_t acc;
+    int fill;
+    bool Has() const { return size - pos >= 8; }
+    void Refill() { BitReader::Refill(data, &pos, &acc, &fill); }
+    void Skip(int nbits) {
+      acc >>= nbits;
+      fill -= nbits;
+    }
+  };
+  Window TakeWindow() const { return {b_.data(), b_.size(), pos_, acc_, fill_}; }
+  void PutWindow(const Window& w) { pos_ = w.pos, acc_ = w.acc, fill_ = w.fill; }
   // n Rice codes with parameter r (<= 30) and quotients <= limit, each passed to take(code),
   // which returns false to stop early. Reads what n GetRice calls would, faster: the window
   // lives in locals across the loop (as members it would be stored and reloaded for every code,
@@ -350,6 +360,17 @@ class BitReader {
       return static_cast<uint64_t>(ones) << r | low;
     }
     return GetRiceInParts(r, limit);
+  }
+  // RefillWindow's step: at least 8 bytes from data + *pos on must exist.
+  static void Refill(const uint8_t* data, size_t* pos, uint64_t* acc, int* fill) {
+    uint64_t next;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+    std::memcpy(&next, data + *pos, 8);
+#pragma GCC diagnostic pop
+    *acc |= next << *fill;  // bits already in acc above fill are the same input bits, or zero
+    *pos += static_cast<size_t>((63 - *fill) >> 3);
+    *fill |= 56;  // fill + 8 * (whole bytes taken): same low three bits, now in 56..63
   }
   // The low `bits` (0..64) bits set.
   static uint64_t LowMask(int bits) { return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }

@@ -64,12 +64,15 @@ class HuffmanDecoder {
 
   // Several symbols from one lookup: the codes that lie wholly within the next kFastBits bits,
   // up to kMultiSymbols of them, stopping before any symbol >= the `stop` given to
-  // BuildMultiTable. With e = PeekMulti(r) (at least kFastBits bits in the window), the symbols
-  // are MultiSymbol(e, 0..MultiCount(e)-1), and SkipInWindow(MultiBits(e)) consumes them.
-  // MultiCount(e) is 0 when the first code is longer or stops: decode it with Get.
+  // BuildMultiTable. With e = PeekMulti(multi_table(), window) (at least kFastBits bits in the
+  // window), the symbols are MultiSymbol(e, 0..MultiCount(e)-1), and SkipInWindow(MultiBits(e))
+  // consumes them. MultiCount(e) is 0 when the first code is longer or stops: decode it with Get.
+  // The table is passed in so that a decode loop holds its address in a register: read through
+  // the decoder, it would be loaded again after every byte store (which may alias it).
   static constexpr int kMultiSymbols = 3;
   void BuildMultiTable(uint32_t stop);
-  uint64_t PeekMulti(const BitReader& r) const { return multi_[r.window() & ((1u << kFastBits) - 1)]; }
+  const uint64_t* multi_table() const { return multi_.data(); }
+  static uint64_t PeekMulti(const uint64_t* table, uint64_t window) { return table[window & ((1u << kFastBits) - 1)]; }
   static uint32_t MultiSymbol(uint64_t e, int i) { return static_cast<uint32_t>(e >> (12 * i)) & 0xfff; }
   static int MultiBits(uint64_t e) { return static_cast<int>(e >> 36) & 15; }
   static int MultiCount(uint64_t e) { return static_cast<int>(e >> 40) & 3; }

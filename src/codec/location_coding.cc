@@ -1,12 +1,22 @@
-#include "codec/location_coding.h"
+// Compiled once per Highway target (foreach_target.h) and dispatched at run time, for the
+// target's scalar instructions: on x86-64 the AVX2 and AVX-512 targets have BMI1/BMI2/LZCNT, whose
+// register-count shifts (one micro-op, no flags) and trailing-zero counts the Rice coders run on.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "codec/location_coding.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "codec/bit_stream.h"
+#include "codec/location_coding.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace dcr {
+namespace HWY_NAMESPACE {
 namespace {
 
 constexpr int kMaxRiceK = 30;
@@ -184,13 +194,13 @@ Status BlockError(uint64_t block, const std::string& what) {
 
 }  // namespace
 
-void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,
+void EncodeLocationsImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2,
                      std::vector<uint8_t>* out) {
   ForEachBlock(positions, count, block_log2,
                [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) { EncodeBlock(pos, start, len, out); });
 }
 
-uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+uint64_t LocationCodeBytesImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
   uint64_t bytes = 0;
   ForEachBlock(positions, count, block_log2, [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) {
     bytes += static_cast<uint64_t>(VarintSize(pos.size()));
@@ -199,7 +209,7 @@ uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, 
   return bytes;
 }
 
-uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
   const uint64_t block = 1ull << block_log2;
   uint64_t bytes = 0;
   const uint32_t* at = positions.data();
@@ -229,7 +239,7 @@ uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64
   return bytes;
 }
 
-Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
                              std::vector<uint32_t>* positions, size_t* consumed) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
   positions->clear();
@@ -314,6 +324,35 @@ Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int bl
   return Status::Ok();
 }
 
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dcr {
+
+HWY_EXPORT(EncodeLocationsImpl);
+HWY_EXPORT(LocationCodeBytesImpl);
+HWY_EXPORT(LocationCodeBytesLowerBoundImpl);
+HWY_EXPORT(DecodeLocationsPrefixImpl);
+
+void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2, std::vector<uint8_t>* out) {
+  HWY_DYNAMIC_DISPATCH(EncodeLocationsImpl)(positions, count, block_log2, out);
+}
+
+uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+  return HWY_DYNAMIC_DISPATCH(LocationCodeBytesImpl)(positions, count, block_log2);
+}
+
+uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+  return HWY_DYNAMIC_DISPATCH(LocationCodeBytesLowerBoundImpl)(positions, count, block_log2);
+}
+
+Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                             std::vector<uint32_t>* positions, size_t* consumed) {
+  return HWY_DYNAMIC_DISPATCH(DecodeLocationsPrefixImpl)(in, count, block_log2, expected, positions, consumed);
+}
+
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
                        std::vector<uint32_t>* positions) {
   size_t used = 0;
@@ -323,3 +362,4 @@ Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_lo
 }
 
 }  // namespace dcr
+#endif  // HWY_ONCE

@@ -33,23 +33,10 @@ inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population
 }
 
 // Writes each gap as a Rice code with parameter r.
-inline void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) {
-  BitWriter::Local out(w);
-  size_t i = 0;
-  for (; i + 2 <= gaps.size(); i += 2) out.PutRice2(gaps[i], gaps[i + 1], r);
-  if (i < gaps.size()) out.PutRice(gaps[i], r);
-}
+void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r);
 
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).
 // False (nothing else promised of out) if the stream runs out or an ordinal reaches `limit`.
-inline bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
-  uint64_t next = 0;  // <= limit
-  return bits.GetRiceRun(n, r, limit >> r, [&](uint64_t g) {
-    if (g >= limit - next) return false;
-    *out++ = next + g;
-    next += g + 1;
-    return true;
-  });
-}
+bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out);
 
 }  // namespace dcr

@@ -15,49 +15,6 @@ namespace dcr {
 namespace {
 
 using value_symbols::kAlphabet;
-using value_symbols::kEscape;
-using value_symbols::WithWidth;
-
-// Symbols below this (0x1, 0x3, 0x7 ... : nearly all of a BF16 payload's) are counted in four
-// interleaved histograms, the rest in one: 40 KiB of counters to clear and sum per count, where
-// four whole histograms of the alphabet took 128 KiB.
-constexpr uint32_t kSmallSymbols = 256;
-
-// Adds the symbols of n values of type U at p to the histograms (value i's small symbol to
-// small4[i % 4], a larger one to large), and appends the bytes of escaped values to `escaped`.
-template <typename U>
-void CountSymbols(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large, std::vector<uint8_t>* escaped) {
-  auto count = [&](uint64_t i, uint64_t* small) {
-    U v;
-    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    if (v >= kEscape) [[unlikely]]
-      escaped->insert(escaped->end(), p + i * sizeof(U), p + (i + 1) * sizeof(U));
-    const uint64_t symbol = std::min<uint64_t>(v, kEscape);
-    ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
-  };
-  uint64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    count(i, small4), count(i + 1, small4 + kSmallSymbols), count(i + 2, small4 + 2 * kSmallSymbols),
-        count(i + 3, small4 + 3 * kSmallSymbols);
-  for (; i < n; ++i) count(i, small4 + (i & 3) * kSmallSymbols);
-}
-
-// The symbols of values of type U, three per write.
-template <typename U>
-void PutSymbols(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWriter::Local& w) {
-  auto symbol = [&](uint64_t i) {
-    U v;
-    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    return static_cast<uint32_t>(std::min<uint64_t>(v, kEscape));
-  };
-  uint64_t i = 0;
-  for (; i + 3 <= n; i += 3) code.Put3(w, symbol(i), symbol(i + 1), symbol(i + 2));
-  for (; i < n; ++i) code.Put(w, symbol(i));
-}
-
-}  // namespace
-
-namespace {
 
 // Byte b of element i <-> byte i of plane b, for `n` elements of W bytes: the width fixed at
 // compile time, so that the loops are plain shifts and stores the compiler can vectorize, where
@@ -124,9 +81,7 @@ struct SymbolCounts {
     for (const ValueRun& r : runs) {
       DCR_CHECK(r.bytes.size() == r.count * r.width);
       raw_bytes += r.bytes.size();
-      WithWidth(r.width, [&](auto zero) {
-        CountSymbols<decltype(zero)>(r.bytes.data(), r.count, small4.data(), large.data(), &escaped);
-      });
+      CountSymbols(r.bytes.data(), r.count, r.width, small4.data(), large.data(), &escaped);
     }
   }
   void AddTo(std::vector<uint64_t>* freq) const {
@@ -143,8 +98,7 @@ namespace {
 using value_symbols::SymbolCounts;
 
 void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, BitWriter::Local& w) {
-  for (const ValueRun& r : runs)
-    WithWidth(r.width, [&](auto zero) { PutSymbols<decltype(zero)>(r.bytes.data(), r.count, code, w); });
+  for (const ValueRun& r : runs) value_symbols::PutSymbols(r.bytes.data(), r.count, r.width, code, w);
 }
 
 // The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer (replaced).

@@ -12,65 +12,7 @@ namespace {
 
 using value_symbols::kAlphabet;
 using value_symbols::kEscape;
-using value_symbols::LoadValue;
 using value_symbols::StreamStart;
-using value_symbols::WithWidth;
-
-// Decodes n values of type U into dst: symbols below kEscape are the value, kEscape takes the
-// next sizeof(U) bytes of `escapes` from *e on.
-template <typename U>
-Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
-                     uint8_t* dst) {
-  for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
-    // Common codes, several per lookup (values of at least two bytes, where every symbol below
-    // the escape is a valid value): four lookups of at most kFastBits bits each fit in one
-    // refilled window, and each writes kMultiSymbols slots, of which the next step overwrites
-    // the unused ones.
-    if constexpr (sizeof(U) >= 2) {
-      static_assert(4 * 10 <= 56, "four lookups per refill");
-      while (n - i >= 4 * HuffmanDecoder::kMultiSymbols && bits.HasWindow()) {
-        bits.RefillWindow();
-        int k = 0;
-        for (; k < 4; ++k) {
-          const uint64_t m = code.PeekMulti(bits);
-          const int c = HuffmanDecoder::MultiCount(m);
-          if (c == 0) break;
-          for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
-            const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
-            std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
-          }
-          bits.SkipInWindow(HuffmanDecoder::MultiBits(m));
-          dst += c * sizeof(U);
-          i += static_cast<uint64_t>(c);
-        }
-        if (k < 4) break;  // a long code or an escape: one symbol the general way
-      }
-      if (i == n) break;
-    }
-    uint32_t sym;
-    if (bits.HasWindow()) {  // the common case: no refill branch, no per-symbol length check
-      bits.RefillWindow();
-      sym = code.GetInWindow(bits);
-    } else {
-      sym = code.Get(bits);
-      if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
-    }
-    if (sym < kEscape) [[likely]] {
-      if (sizeof(U) == 1 && sym > 0xff) return Corrupt("value symbol wider than its 1-byte dtype");
-      const U v = static_cast<U>(sym);
-      std::memcpy(dst, &v, sizeof(U));
-      continue;
-    }
-    if (bits.overrun()) return Corrupt("value symbols truncated or invalid");  // GetLong failed
-    if (escapes.size() - *e < sizeof(U)) return Corrupt("value escapes exhausted");
-    std::memcpy(dst, escapes.data() + *e, sizeof(U));
-    *e += sizeof(U);
-    if (LoadValue(dst, sizeof(U)) < kEscape) return Corrupt("escaped value below the escape threshold");
-  }
-  // GetLong signals an invalid code only through the overrun flag, with symbol 0.
-  if (bits.overrun()) return Corrupt("value symbols truncated or invalid");
-  return Status::Ok();
-}
 
 // Codecs 0 and 1.
 Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
@@ -144,9 +86,7 @@ Status ValueSectionDecoder::DecodeStream(size_t i) {
     const uint64_t lo = std::max(from, first), hi = std::min(to, first + runs_[k].count);
     if (lo >= hi) continue;
     const uint32_t w = runs_[k].width;
-    const Status s = WithWidth(w, [&](auto zero) {
-      return DecodeSymbols<decltype(zero)>(code_, bits, escapes_[i], &e, hi - lo, outs_[k]->data() + (lo - first) * w);
-    });
+    const Status s = value_symbols::DecodeSymbols(code_, bits, escapes_[i], &e, hi - lo, w, outs_[k]->data() + (lo - first) * w);
     if (!s.ok()) return Status(s.code(), prefix() + s.message());
   }
   if (e != escapes_[i].size()) return Corrupt(prefix() + "unused value escapes");

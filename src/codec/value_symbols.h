@@ -1,11 +1,15 @@
 // Internal to the value section coder (value_coding.cc encodes, value_decode.cc decodes): the
-// symbol alphabet of the Huffman forms and per-width dispatch.
+// symbol alphabet of the Huffman forms and the loops over values' symbols (value_symbols.cc).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "base/int_math.h"
+#include "base/status.h"
+#include "codec/bit_stream.h"
 #include "codec/huffman.h"
 
 namespace dcr::value_symbols {
@@ -21,18 +25,26 @@ inline uint64_t LoadValue(const uint8_t* p, uint32_t w) {
   return v;
 }
 
-// Calls fn(U{}) with U the unsigned integer type of `width` bytes (1, 2, 4 or 8).
-template <typename Fn>
-auto WithWidth(uint32_t width, Fn&& fn) {
-  switch (width) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    default: return fn(uint64_t{});
-  }
-}
-
 // Stream i of n values cut into s streams holds values [n i / s, n (i + 1) / s) (floor).
 inline uint64_t StreamStart(uint64_t n, uint64_t s, uint64_t i) { return FloorShare(n, i, s); }
+
+// Symbols below this (0x1, 0x3, 0x7 ... : nearly all of a BF16 payload's) are counted in four
+// interleaved histograms, the rest in one: 40 KiB of counters to clear and sum per count, where
+// four whole histograms of the alphabet took 128 KiB.
+inline constexpr uint32_t kSmallSymbols = 256;
+
+// The loops over values, compiled once per Highway target in value_symbols.cc (`width` 1, 2, 4 or
+// 8 bytes per value):
+// Adds the symbols of n values at p to the histograms (value i's small symbol to
+// small4[(i % 4) * kSmallSymbols + symbol], a larger one to large[symbol]), and appends the bytes
+// of escaped values to `escaped`.
+void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
+                  std::vector<uint8_t>* escaped);
+// Writes the symbols of n values at p.
+void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w);
+// Decodes n values into dst: symbols below kEscape are the value, kEscape takes the next `width`
+// bytes of `escapes` from *e on. kCorrupt on invalid or truncated codes and misused escapes.
+Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
+                     uint32_t width, uint8_t* dst);
 
 }  // namespace dcr::value_symbols

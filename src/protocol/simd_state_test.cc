@@ -148,6 +148,20 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
       ASSERT_EQ(decoded.segments.size(), 1u);
       EXPECT_EQ(decoded.segments[0].changes.positions, p.changed);
     }
+
+    // Plain mode: the location and value coders, compiled per target for its scalar instructions.
+    std::vector<uint8_t> payload;
+    ExpectLeavesClean("plain encode", [&] {
+      EncodeOptions options;
+      options.context = EncodeOptions::Context::kNever;
+      PayloadBuilder builder(options);
+      ASSERT_EQ(builder.AddDiff(spec, p.base, p.next), p.changed.size());
+      builder.Finish({1, 2, 3}, &payload, 1);
+    });
+    DecodedPayload decoded;
+    ExpectLeavesClean("plain decode", [&] { ASSERT_TRUE(DecodePayload(payload, &decoded).ok()); });
+    ASSERT_EQ(decoded.segments.size(), 1u);
+    EXPECT_EQ(decoded.segments[0].changes.positions, p.changed);
   }
 }
 
