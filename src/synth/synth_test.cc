@@ -122,6 +122,40 @@ TEST(SynthTrajectory, SameSeedGivesByteIdenticalSnapshots) {
   EXPECT_NE(ReadAll(dir / "a0.safetensors"), ReadAll(dir / "c0.safetensors"));
 }
 
+// Tensors of several random-stream chunks (64 Ki elements) and a partial one.
+SynthModelConfig Chunky() {
+  SynthModelConfig m = Tiny();
+  m.hidden = 256;
+  m.intermediate = 688;
+  m.vocab = 1100;  // embeddings of 281600 elements: four whole chunks and part of a fifth
+  return m;
+}
+
+TEST(SynthTrajectory, TheSameTrajectoryOnAnyThreadCountAndWithWarmUpStepsTakenTogetherOrOneByOne) {
+  TempDir dir(kDirPrefix);
+  SynthTrajectoryOptions opt;
+  opt.seed = 9;
+  opt.learning_rate = 1e-5;
+  opt.warmup_steps = 3;
+  opt.threads = 1;
+  SynthTrajectory one(Chunky(), opt);
+  opt.threads = 2;
+  SynthTrajectory two(Chunky(), opt);
+  // The warm-up as plain steps at learning rate 0, taken one call at a time.
+  opt.warmup_steps = 0;
+  SynthTrajectory stepped(Chunky(), opt);
+  stepped.set_learning_rate(0.0);
+  for (int i = 0; i < 3; ++i) stepped.Step();
+  stepped.set_learning_rate(1e-5);
+  for (int i = 0; i < 2; ++i) one.Step(), two.Step(), stepped.Step();
+  ASSERT_TRUE(one.WriteSnapshot(dir / "one.safetensors").ok());
+  ASSERT_TRUE(two.WriteSnapshot(dir / "two.safetensors").ok());
+  ASSERT_TRUE(stepped.WriteSnapshot(dir / "stepped.safetensors").ok());
+  const auto want = ReadAll(dir / "one.safetensors");
+  EXPECT_EQ(ReadAll(dir / "two.safetensors"), want);
+  EXPECT_EQ(ReadAll(dir / "stepped.safetensors"), want);
+}
+
 TEST(SynthTrajectory, SnapshotHasTheConfiguredBf16Tensors) {
   TempDir dir(kDirPrefix);
   SynthTrajectory t(Tiny(), SynthTrajectoryOptions{});

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -31,6 +30,9 @@ struct SynthTrajectoryOptions {
   // Optimizer steps taken before the first snapshot (moments only, weights unchanged), so that
   // Adam's moments are past their bias-corrected start-up, as in a run that is under way.
   int warmup_steps = 20;
+  // Threads for initialization and steps (0 = all hardware threads). The trajectory is the same
+  // with any number: every chunk of a tensor draws from its own random stream.
+  int threads = 0;
 };
 
 // IEEE binary32 -> bfloat16 with round-to-nearest-even; NaNs stay NaN (quiet).
@@ -55,7 +57,7 @@ class SynthTrajectory {
   SynthTrajectory(const std::vector<SynthParamSpec>& params, const SynthTrajectoryOptions& options);
 
   // One optimizer step on the fp32 master weights.
-  void Step() { AdamStep(options_.learning_rate); ++step_; }
+  void Step() { AdamSteps(1, options_.learning_rate); ++step_; }
   int step() const { return step_; }
   void set_learning_rate(double lr) { options_.learning_rate = lr; }
   uint64_t num_parameters() const;
@@ -70,14 +72,17 @@ class SynthTrajectory {
   struct Param {
     std::string name;
     std::vector<uint64_t> shape;
+    float init_mean = 0.0f, init_std = 0.0f;
     std::vector<float> w, m, v;
   };
-  void AdamStep(double lr);
+  // `steps` optimizer steps at learning rate lr.
+  void AdamSteps(int steps, double lr);
   void AddParam(std::string name, std::vector<uint64_t> shape, float init_std, float init_mean);
+  // Draws every parameter's initial weights (after the constructor has added them all).
+  void Initialize();
 
   SynthTrajectoryOptions options_;
   std::vector<Param> params_;
-  std::mt19937_64 rng_;
   int step_ = 0;
   int adam_t_ = 0;  // optimizer steps including warm-up, for bias correction
 };
