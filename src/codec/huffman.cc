@@ -183,11 +183,18 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
 }
 
 uint32_t HuffmanDecoder::GetLong(BitReader& r) const {
-  const uint32_t bits = static_cast<uint32_t>(r.Peek(kHuffmanMaxBits));
-  uint32_t code = 0;  // the next l bits, MSB-first (codes are stored bit-reversed)
-  for (int l = 1; l <= kHuffmanMaxBits; ++l) {
-    code = code << 1 | ((bits >> (l - 1)) & 1);
-    if (l > kFastBits && code - first_[l] < count_[l]) {
+  static_assert(kHuffmanMaxBits <= 16);
+  // The next kHuffmanMaxBits bits MSB-first (codes are stored bit-reversed): their first l bits
+  // are the l-bit code, tried from the shortest length the fast table leaves out.
+  uint32_t v = static_cast<uint32_t>(r.Peek(kHuffmanMaxBits));
+  v = ((v >> 1) & 0x5555u) | ((v & 0x5555u) << 1);
+  v = ((v >> 2) & 0x3333u) | ((v & 0x3333u) << 2);
+  v = ((v >> 4) & 0x0f0fu) | ((v & 0x0f0fu) << 4);
+  v = ((v >> 8) & 0x00ffu) | ((v & 0x00ffu) << 8);  // the 16 low bits reversed
+  const uint32_t msb_first = v >> (16 - kHuffmanMaxBits);
+  for (int l = kFastBits + 1; l <= kHuffmanMaxBits; ++l) {
+    const uint32_t code = msb_first >> (kHuffmanMaxBits - l);
+    if (code - first_[l] < count_[l]) {
       r.Skip(l);
       return sorted_[offset_[l] + code - first_[l]];
     }
