@@ -178,13 +178,13 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
 template <typename Fn>
 void ForEachBlock(std::span<const uint32_t> positions, uint64_t count, int block_log2, Fn&& fn) {
   const uint64_t block = 1ull << block_log2;
-  size_t i = 0;
+  const uint32_t* at = positions.data();
+  const uint32_t* end = at + positions.size();
   for (uint64_t start = 0; start < count; start += block) {
     const uint64_t len = std::min(block, count - start);
-    size_t j = i;
-    while (j < positions.size() && positions[j] < start + len) ++j;
-    fn(positions.subspan(i, j - i), start, len);
-    i = j;
+    const uint32_t* stop = std::lower_bound(at, end, start + len);  // a search: a scan took a sixth of the coding
+    fn(std::span<const uint32_t>(at, stop), start, len);
+    at = stop;
   }
 }
 
