@@ -84,6 +84,13 @@ class ByteReader {
 class BitWriter {
  public:
   explicit BitWriter(std::vector<uint8_t>& out) : out_(out), buf_(out.data()), cap_(out.size()), at_(out.size()) {}
+  // With room made at once for the `expected` bytes the caller will write (and the slack): no
+  // growth on the way if the estimate holds.
+  BitWriter(std::vector<uint8_t>& out, size_t expected) : BitWriter(out) {
+    out_.resize(at_ + expected + 8);
+    buf_ = out_.data();
+    cap_ = out_.size();
+  }
 
   // The writer's state copied into a local object for a loop of writes, and copied back when it
   // goes out of scope; the writer must not be used meanwhile. In the local the state stays in

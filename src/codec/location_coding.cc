@@ -134,7 +134,7 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
   switch (c.method) {
     case LocationMethod::kRice: {
       out->push_back(static_cast<uint8_t>(c.rice_k));
-      BitWriter w(*out);
+      BitWriter w(*out, c.bytes - 1);  // the code's exact size, less its parameter byte
       {
         BitWriter::Local gaps(w);
         // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start); two per write.
