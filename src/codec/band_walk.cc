@@ -175,30 +175,17 @@ HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
-// The positions (tile + index) of the set bits of a tile's `words` words, ascending, at `out`:
-// each 32-bit half-word's indices compressed in registers as 16-bit lanes (vpcompressw), then
-// widened 16 at a time. A fixed cost per word and no branch on its bits, where the walk over set
-// bits mispredicts about once per word; for tiles with at least one change per word. Writes up
-// to 15 slots past the last position.
+// The positions (tile + index) of the set bits of a tile's `words` words, ascending, at `out`,
+// by CompressIndices16 and WidenIndices, where the walk over set bits mispredicts about once per
+// word; for tiles with at least one change per word. Writes up to 15 slots past the last position.
 HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, uint32_t tile, uint32_t* out) {
-  const hn::Full512<uint16_t> d16;
-  const hn::Full512<uint32_t> d32;
-  const hn::Half<decltype(d16)> dh16;
   HWY_ALIGN uint16_t local[kMaskTileElements + 32];  // and room for a whole vector past them
-  uint16_t* lp = local;
-  const auto iota = hn::Iota(d16, 0);
-  for (size_t wd = 0; wd < words; ++wd) {
-    const uint8_t* bits = reinterpret_cast<const uint8_t*>(hit + wd);  // lane i: bit i, little-endian
-    for (size_t j = 0; j < 64; j += 32) {
-      const auto m = hn::LoadMaskBits(d16, bits + j / 8);
-      hn::StoreU(hn::Compress(hn::Add(iota, hn::Set(d16, static_cast<uint16_t>(64 * wd + j))), m), d16, lp);
-      lp += PopCount64(static_cast<uint32_t>(hit[wd] >> j));
-    }
-  }
-  // The last step widens up to 15 entries past the written ones into the spare slots.
-  const size_t n = static_cast<size_t>(lp - local);
-  const auto at = hn::Set(d32, tile);
-  for (size_t k = 0; k < n; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, local + k)), at), d32, out + k);
+  size_t n = 0;
+  for (size_t wd = 0; wd < words; ++wd)
+    for (size_t j = 0; j < 64; j += 32)
+      n += CompressIndices16(reinterpret_cast<const uint8_t*>(hit + wd) + j / 8, static_cast<uint16_t>(64 * wd + j),
+                             local + n);
+  WidenIndices(local, n, tile, out);  // up to 15 entries past the written ones, into the spare slots
   return out + n;
 }
 #endif

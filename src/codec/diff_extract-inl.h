@@ -71,31 +71,24 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
   if (differ < full || count > kMaxCount)
     return ExtractWordsScalar<uint16_t>(base, next, masks, 0, count, is_xor, first, pos, val);
   const hn::Full512<uint16_t> d16;
-  const hn::Full512<uint32_t> d32;
-  const hn::Half<decltype(d16)> dh16;
   const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
   const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
   uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
   HWY_ALIGN uint16_t local[kMaxCount + 64];  // 16-bit positions, and room for a whole vector past them
-  uint16_t* lp = local;
-  const auto iota = hn::Iota(d16, 0);
+  size_t done = 0;
   for (size_t w = 0; w < full; ++w) {
     const uint8_t* bits = reinterpret_cast<const uint8_t*>(masks + w);  // lane i: bit i, little-endian
     for (size_t j = 0; j < 64; j += 32) {
-      const auto m = hn::LoadMaskBits(d16, bits + j / 8);
       const auto nv = hn::LoadU(d16, b + 64 * w + j);
       const auto v = is_xor ? hn::Xor(hn::LoadU(d16, a + 64 * w + j), nv) : nv;
-      const size_t n = static_cast<size_t>(PopCount64(static_cast<uint32_t>(masks[w] >> j)));
-      hn::StoreU(hn::Compress(v, m), d16, v16);
-      hn::StoreU(hn::Compress(hn::Add(iota, hn::Set(d16, static_cast<uint16_t>(64 * w + j))), m), d16, lp);
-      v16 += n, lp += n;
+      hn::StoreU(hn::Compress(v, hn::LoadMaskBits(d16, bits + j / 8)), d16, v16);
+      const size_t n = CompressIndices16(bits + j / 8, static_cast<uint16_t>(64 * w + j), local + done);
+      v16 += n, done += n;
     }
   }
-  // The last widening step reads up to 15 unwritten entries of `local`; what it makes of them
-  // lands in the caller's spare slots, or is overwritten by the tail below.
-  const size_t done = static_cast<size_t>(lp - local);
-  const auto at = hn::Set(d32, first);
-  for (size_t k = 0; k < done; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, local + k)), at), d32, pos + k);
+  // The widening reads up to 15 unwritten entries of `local`; what it makes of them lands in the
+  // caller's spare slots, or is overwritten by the tail below.
+  WidenIndices(local, done, first, pos);
   return done + ExtractWordsScalar<uint16_t>(base, next, masks, full, count, is_xor, first, pos + done,
                                              reinterpret_cast<uint8_t*>(v16));
 }

@@ -35,6 +35,30 @@ HWY_INLINE uint64_t MaskWord(D d, M m) {
   return n >= 64 ? w : w & ((uint64_t{1} << n) - 1);
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Positions of set mask bits, 16-bit first (vpcompressw on AVX3_DL), then widened: a fixed cost
+// per word and no branch on its bits.
+// The indices offset + i of the set bits i of the 32 mask bits at `bits` (little-endian), in
+// ascending order at out[0, n); a whole vector is stored (32 slots). Returns n.
+HWY_INLINE size_t CompressIndices16(const uint8_t* bits, uint16_t offset, uint16_t* out) {
+  const hn::Full512<uint16_t> d16;
+  const auto m = hn::LoadMaskBits(d16, bits);
+  hn::StoreU(hn::Compress(hn::Add(hn::Iota(d16, 0), hn::Set(d16, offset)), m), d16, out);
+  uint32_t word;
+  std::memcpy(&word, bits, 4);
+  return static_cast<size_t>(PopCount64(word));
+}
+
+// out[k] = at + in[k] for k < n, 16 per step: reads up to 15 entries past in[n) and writes as
+// many past out[n).
+HWY_INLINE void WidenIndices(const uint16_t* in, size_t n, uint32_t at, uint32_t* out) {
+  const hn::Full512<uint32_t> d32;
+  const hn::Full256<uint16_t> dh16;
+  const auto a = hn::Set(d32, at);
+  for (size_t k = 0; k < n; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, in + k)), a), d32, out + k);
+}
+#endif
+
 // At most 64 lanes, so that whole vectors tile a 64-element word on every target (SVE included).
 template <typename T>
 using Tag64 = hn::CappedTag<T, 64>;
