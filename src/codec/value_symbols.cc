@@ -51,7 +51,7 @@ void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWr
 // DecodeSymbols of value_symbols.h, for values of type U.
 template <typename U>
 Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
-                     uint8_t* dst) {
+                      uint8_t* dst) {
   for (uint64_t i = 0; i < n; ++i, dst += sizeof(U)) {
     // Common codes, several per lookup (values of at least two bytes, where every symbol below
     // the escape is a valid value): four lookups of at most kFastBits bits each fit in one
