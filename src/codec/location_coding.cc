@@ -195,7 +195,7 @@ Status BlockError(uint64_t block, const std::string& what) {
 }  // namespace
 
 void EncodeLocationsImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2,
-                     std::vector<uint8_t>* out) {
+                         std::vector<uint8_t>* out) {
   ForEachBlock(positions, count, block_log2,
                [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) { EncodeBlock(pos, start, len, out); });
 }
@@ -240,7 +240,7 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
 }
 
 Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                             std::vector<uint32_t>* positions, size_t* consumed) {
+                                 std::vector<uint32_t>* positions, size_t* consumed) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
   positions->clear();
   positions->reserve(expected);
