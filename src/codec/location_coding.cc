@@ -210,32 +210,25 @@ uint64_t LocationCodeBytesImpl(std::span<const uint32_t> positions, uint64_t cou
 }
 
 uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
-  const uint64_t block = 1ull << block_log2;
   uint64_t bytes = 0;
-  const uint32_t* at = positions.data();
-  const uint32_t* end = at + positions.size();
-  for (uint64_t start = 0; start < count; start += block) {
-    const uint64_t len = std::min(block, count - start);
-    const uint32_t* stop = std::lower_bound(at, end, start + len);
-    const uint64_t n = static_cast<uint64_t>(stop - at);
+  ForEachBlock(positions, count, block_log2, [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) {
+    const uint64_t n = pos.size();
     bytes += static_cast<uint64_t>(VarintSize(n));
-    if (n > 0) {
-      // Rice with parameter r: n(r + 1) bits plus sum(floor(gap / 2^r)) >= (G - n(2^r - 1)) / 2^r,
-      // where the gaps sum to G = last - start + 1 - n. Bounded below over every r.
-      const uint64_t gaps = uint64_t{stop[-1]} - start + 1 - n;
-      uint64_t rice_bits = UINT64_MAX;
-      for (int r = 0; r <= kMaxRiceK; ++r) {
-        const uint64_t slack = n * ((uint64_t{1} << r) - 1);
-        const uint64_t quotients = gaps > slack ? (gaps - slack + (uint64_t{1} << r) - 1) >> r : 0;
-        rice_bits = std::min(rice_bits, n * static_cast<uint64_t>(r + 1) + quotients);
-      }
-      // Ranges: every run costs a gap and a length varint, at least a byte each.
-      const uint64_t runs = 1 + CountRunStarts(at + 1, stop);
-      const uint64_t ranges = static_cast<uint64_t>(VarintSize(runs)) + 2 * runs;
-      bytes += 1 + std::min({1 + (rice_bits + 7) / 8, (len + 7) / 8, ranges});
+    if (n == 0) return;
+    // Rice with parameter r: n(r + 1) bits plus sum(floor(gap / 2^r)) >= (G - n(2^r - 1)) / 2^r,
+    // where the gaps sum to G = last - start + 1 - n. Bounded below over every r.
+    const uint64_t gaps = uint64_t{pos.back()} - start + 1 - n;
+    uint64_t rice_bits = UINT64_MAX;
+    for (int r = 0; r <= kMaxRiceK; ++r) {
+      const uint64_t slack = n * ((uint64_t{1} << r) - 1);
+      const uint64_t quotients = gaps > slack ? (gaps - slack + (uint64_t{1} << r) - 1) >> r : 0;
+      rice_bits = std::min(rice_bits, n * static_cast<uint64_t>(r + 1) + quotients);
     }
-    at = stop;
-  }
+    // Ranges: every run costs a gap and a length varint, at least a byte each.
+    const uint64_t runs = 1 + CountRunStarts(pos.data() + 1, pos.data() + n);
+    const uint64_t ranges = static_cast<uint64_t>(VarintSize(runs)) + 2 * runs;
+    bytes += 1 + std::min({1 + (rice_bits + 7) / 8, (len + 7) / 8, ranges});
+  });
   return bytes;
 }
 
