@@ -70,10 +70,13 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 // the calling thread takes parts, and `also` while the helper still codes one. Each step is
 // done once, by whichever thread claims it first. `filler` and `also` may still be unclaimed on
 // return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only
-// runs `filler` and `also`. (band_encode.cc)
+// runs `filler` and `also`. `counted`, if given, holds the band fit's counts of every segment
+// (FitCounter, band_fit.h), made beforehand with any stride: the fit then counts nothing, and
+// the code is a function of those counts instead of FitSampleStride(segs)'s. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
-                           ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr);
+                           ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr,
+                           const FitCounts* counted = nullptr);
 
 // Whether EncodeBandedLocations uses a second thread for these segments.
 bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads);

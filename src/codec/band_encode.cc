@@ -72,20 +72,21 @@ void WriteBandedCode(const ContextBands& bands, std::span<const CodedPart> parts
 }
 
 // One encode of banded locations, by the calling thread and possibly a helper. The band fit's
-// class counts are split at a segment boundary (`fit_seg_`; 0: not split) between the two; the
-// calling thread fits the bands; then each thread takes parts in order until none is left, and
+// class counts, unless made beforehand, are split at a segment boundary (`fit_seg_`; 0: not
+// split) between the two; the calling thread fits the bands; then each thread takes parts in order until none is left, and
 // the calling thread writes the code. Whoever codes a part, its bytes are the same.
 class BandedEncode {
  public:
-  // `helper`: a second thread runs Help (else Main does everything).
+  // `helper`: a second thread runs Help (else Main does everything). `counted`: the fit's
+  // counts, if made beforehand.
   BandedEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-               uint64_t part_elements, bool helper)
-      : segs_(segs), positions_(positions), stride_(FitSampleStride(segs)) {
+               uint64_t part_elements, bool helper, const FitCounts* counted)
+      : segs_(segs), positions_(positions), stride_(FitSampleStride(segs)), counted_before_(counted) {
     const uint64_t total = TotalElements(segs);
     for (const std::span<const uint32_t>& p : positions) total_changes_ += p.size();
     parts_ = ChooseBandParts(total, part_elements);
     starts_ = FindBandPartStarts(segs, total, parts_);
-    if (helper) {
+    if (helper && counted == nullptr) {
       // The first segment boundary at or past half the elements, else the last boundary.
       uint64_t before = 0;  // elements of the segments before fit_seg_
       for (; fit_seg_ < segs.size() && 2 * before < total; ++fit_seg_) before += segs[fit_seg_].elements();
@@ -121,7 +122,10 @@ class BandedEncode {
   // still codes one; then, all parts coded, the code, appended to `out`.
   void Main(std::vector<uint8_t>* out, ClaimableTask* also) {
     FitCounts counts;
-    CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
+    if (counted_before_ != nullptr)
+      counts = *counted_before_;
+    else
+      CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
     if (fit_seg_ > 0) {
       if (count_claim_.Claim() || caller_all_) CountSecond();
       YieldUntil([&] { return counted_.load(std::memory_order_acquire); });
@@ -158,6 +162,7 @@ class BandedEncode {
   std::span<const ContextSegment> segs_;
   std::span<const std::span<const uint32_t>> positions_;
   uint64_t stride_;
+  const FitCounts* counted_before_;
   uint64_t total_changes_ = 0;
   size_t parts_ = 1;
   BandPartStarts starts_{};
@@ -180,9 +185,9 @@ bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads) {
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* also,
-                           ClaimableTask* filler) {
+                           ClaimableTask* filler, const FitCounts* counted) {
   const bool helper = EncodeUsesHelper(segs, threads);
-  BandedEncode encode(segs, positions, part_elements, helper);
+  BandedEncode encode(segs, positions, part_elements, helper, counted);
   if (helper) {
     auto side = [&] {
       encode.Help(filler, also);

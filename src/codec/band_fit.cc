@@ -29,13 +29,9 @@ double BandBits(double p, double c) {
   return -p * (q * std::log2(q) + (1 - q) * std::log2(1 - q)) + 24;
 }
 
-// Four interleaved histograms per count: neighbouring elements mostly share a class, and
-// increments of one counter in a row would wait on each other's stores.
-using ClassCounts = std::array<uint32_t, 4 * kClassValues>;
-
 template <typename U>
-void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions, uint64_t stride, ClassCounts* pop,
-                  ClassCounts* chg) {
+void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions, uint64_t stride,
+                  std::array<uint32_t, 4 * kClassValues>* pop, std::array<uint32_t, 4 * kClassValues>* chg) {
   const ContextClassFn f = ContextClassFor(seg.dtype);
   const uint8_t* p = seg.base.data();
   const uint64_t n = seg.base.size() / sizeof(U);
@@ -58,38 +54,45 @@ void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions
 
 }  // namespace
 
-uint64_t FitSampleStride(std::span<const ContextSegment> segs) {
-  const uint64_t n = TotalElements(segs);
-  return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(n / kMinSamples, 1)));
+uint64_t FitSampleStride(uint64_t elements) {
+  return std::max(kSampleStride, std::bit_floor(std::max<uint64_t>(elements / kMinSamples, 1)));
+}
+
+void FitCounter::Fold() {
+  for (size_t c = 0; c < kClassValues; ++c) {
+    folded_.population[c] +=
+        stride_ * (uint64_t{pop4_[c]} + pop4_[kClassValues + c] + pop4_[2 * kClassValues + c] + pop4_[3 * kClassValues + c]);
+    folded_.changes[c] += uint64_t{chg4_[c]} + chg4_[kClassValues + c] + chg4_[2 * kClassValues + c] + chg4_[3 * kClassValues + c];
+  }
+  pop4_.fill(0);
+  chg4_.fill(0);
+  unfolded_ = 0;
+}
+
+void FitCounter::Count(const ContextSegment& seg, std::span<const uint32_t> positions) {
+  const uint64_t n = seg.elements();
+  if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
+  unfolded_ += n;
+  folded_.elements += n;
+  switch (DTypeWidth(seg.dtype)) {
+    case 1: CountClasses<uint8_t>(seg, positions, stride_, &pop4_, &chg4_); break;
+    case 2: CountClasses<uint16_t>(seg, positions, stride_, &pop4_, &chg4_); break;
+    case 4: CountClasses<uint32_t>(seg, positions, stride_, &pop4_, &chg4_); break;
+    default: CountClasses<uint64_t>(seg, positions, stride_, &pop4_, &chg4_); break;
+  }
+}
+
+void FitCounter::AddTo(FitCounts* counts) {
+  Fold();
+  counts->Add(folded_);
+  folded_ = FitCounts{};
 }
 
 void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                      size_t from, size_t to, uint64_t stride, FitCounts* counts) {
-  // 32-bit counters, folded into the totals at the end, or before 2^31 elements could overflow them.
-  ClassCounts pop4{}, chg4{};
-  uint64_t unfolded = 0;
-  std::array<uint64_t, kClassValues>& pop = counts->population;
-  std::array<uint64_t, kClassValues>& chg = counts->changes;
-  auto fold = [&] {
-    for (size_t c = 0; c < kClassValues; ++c) {
-      pop[c] += stride * (uint64_t{pop4[c]} + pop4[kClassValues + c] + pop4[2 * kClassValues + c] + pop4[3 * kClassValues + c]);
-      chg[c] += uint64_t{chg4[c]} + chg4[kClassValues + c] + chg4[2 * kClassValues + c] + chg4[3 * kClassValues + c];
-    }
-    pop4.fill(0);
-    chg4.fill(0);
-  };
-  for (size_t s = from; s < to; ++s) {
-    const uint64_t n = segs[s].elements();
-    if (unfolded + n > (uint64_t{1} << 31)) fold(), unfolded = 0;
-    unfolded += n;
-    switch (DTypeWidth(segs[s].dtype)) {
-      case 1: CountClasses<uint8_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
-      case 2: CountClasses<uint16_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
-      case 4: CountClasses<uint32_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
-      default: CountClasses<uint64_t>(segs[s], positions[s], stride, &pop4, &chg4); break;
-    }
-  }
-  fold();
+  FitCounter counter(stride);
+  for (size_t s = from; s < to; ++s) counter.Count(segs[s], positions[s]);
+  counter.AddTo(counts);
 }
 
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions) {

@@ -36,16 +36,45 @@ struct FittedBands {
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions);
 
 // What the fit works from, per class value: populations (sampled, scaled by the stride) and
-// changes. Counts of disjoint segment ranges add up to the counts of their union.
+// changes, and the elements of the segments counted. Counts of disjoint segment ranges add up to
+// the counts of their union.
 struct FitCounts {
   std::array<uint64_t, 256> population{}, changes{};
+  uint64_t elements = 0;
   void Add(const FitCounts& other) {
     for (size_t c = 0; c < population.size(); ++c) population[c] += other.population[c], changes[c] += other.changes[c];
+    elements += other.elements;
   }
 };
 
-// The sampling stride of a payload of these segments (every segment is sampled with it).
-uint64_t FitSampleStride(std::span<const ContextSegment> segs);
+// The sampling stride of a payload of `elements` elements (every segment is sampled with it):
+// every 8th element, or a power-of-two stride giving about 32 Ki samples in larger payloads.
+uint64_t FitSampleStride(uint64_t elements);
+inline uint64_t FitSampleStride(std::span<const ContextSegment> segs) { return FitSampleStride(TotalElements(segs)); }
+
+// Counts segments for the fit one at a time, with one sampling stride, so that a segment can be
+// counted right after it is diffed, while its old bits are still in cache. 32-bit counters in
+// four interleaved histograms (neighbouring elements mostly share a class, and increments of one
+// counter in a row would wait on each other's stores), folded into 64-bit totals by AddTo, or
+// before 2^31 elements could overflow them.
+class FitCounter {
+ public:
+  explicit FitCounter(uint64_t stride) : stride_(stride) {}
+  uint64_t stride() const { return stride_; }
+  // Counts one segment: its elements at multiples of the stride, and its changed positions
+  // (ascending, relative to the segment).
+  void Count(const ContextSegment& seg, std::span<const uint32_t> positions);
+  // Adds everything counted since the last AddTo to *counts, and clears it.
+  void AddTo(FitCounts* counts);
+
+ private:
+  using Interleaved = std::array<uint32_t, 4 * 256>;
+  void Fold();
+  uint64_t stride_;
+  Interleaved pop4_{}, chg4_{};
+  uint64_t unfolded_ = 0;  // elements counted in pop4_ since the last fold
+  FitCounts folded_;
+};
 
 // Adds the counts of segments [from, to) to *counts.
 void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,

@@ -40,8 +40,18 @@ uint64_t DecodedPayload::changed() const {
 uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base,
                                  std::span<const uint8_t> next, const DiffChunkFn& on_chunk) {
   DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, on_chunk);
-  if (changes_.size() > 0) AddChanges(spec, changes_, base);
+  if (changes_.size() > 0) {
+    AddChanges(spec, changes_, base);
+    if (count_ahead_) fit_counter_.Count({spec.dtype, base}, changes_.positions);
+  }
   return changes_.size();
+}
+
+void PayloadBuilder::CountFitAhead(uint64_t planned_elements) {
+  DCR_CHECK(segments_ == 0);
+  count_ahead_ = options_.context != EncodeOptions::Context::kNever;
+  fit_counter_ = FitCounter(FitSampleStride(planned_elements));
+  fit_counts_ = FitCounts{};
 }
 
 void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base,
@@ -96,7 +106,14 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     });
     const bool plain_possible = options_.context != EncodeOptions::Context::kAlways;
     context_raw_.clear();
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also, plain_possible ? &plain_bound : nullptr);
+    const FitCounts* counted = nullptr;
+    if (count_ahead_) {
+      fit_counter_.AddTo(&fit_counts_);
+      DCR_CHECK(fit_counts_.elements == TotalElements(context_segments_));  // each segment counted once
+      counted = &fit_counts_;
+    }
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also,
+                          plain_possible ? &plain_bound : nullptr, counted);
     if (plain_possible) (void)plain_bound.RunIfUnclaimed();
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
@@ -188,6 +205,8 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   position_ends_.clear();
   segments_ = 0;
   changed_ = 0;
+  count_ahead_ = false;
+  fit_counts_ = FitCounts{};
 }
 
 Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> p) {

@@ -107,6 +107,18 @@ class PayloadBuilder {
   void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {},
                   std::span<const uint8_t> coded_locations = {});
 
+  // Context mode's band fit samples every segment's old bits (band_fit.h). By default Finish
+  // counts them all, when the payload's diff has moved most of them out of cache. A caller that
+  // knows the payload's planned elements (all its segments, changed or not) may call
+  // CountFitAhead before the first Add*: AddDiff then counts each segment right after diffing
+  // it, while its bytes are in cache, and the caller counts each segment it gives AddChanges
+  // into a FitCounter of fit_stride() and hands the counts over with AddFitCounts. Finish checks
+  // that every segment was counted once. The stride follows from planned_elements, so the bytes
+  // may differ (rarely) from a payload of the same segments coded without it.
+  void CountFitAhead(uint64_t planned_elements);
+  uint64_t fit_stride() const { return fit_counter_.stride(); }
+  void AddFitCounts(const FitCounts& counts) { fit_counts_.Add(counts); }
+
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }
   // Appends the payload to `out` (at least one segment required) and resets the builder. With
@@ -128,6 +140,9 @@ class PayloadBuilder {
   std::vector<uint32_t> positions_;
   std::vector<size_t> position_ends_;
   std::vector<uint8_t> context_raw_;
+  bool count_ahead_ = false;  // CountFitAhead was called for this payload
+  FitCounter fit_counter_{1};  // AddDiff's counts, when counting ahead
+  FitCounts fit_counts_;       // counts handed over, and at Finish all of them
   size_t segments_ = 0;
   uint64_t changed_ = 0;
   SegmentSpec last_{};

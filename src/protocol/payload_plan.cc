@@ -96,6 +96,13 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   std::vector<DiffedSegment>& diffed = diffed_storage;  // this thread's, also when the helper uses it
   std::vector<size_t>& order = order_storage;
   builder.set_options(encode);
+  const bool plain_only = encode.context == EncodeOptions::Context::kNever;
+  if (!plain_only) {
+    // The band fit counts each segment as it is diffed (PayloadBuilder::CountFitAhead).
+    uint64_t planned = 0;
+    for (const PlannedSegment& seg : segments) planned += seg.count;
+    builder.CountFitAhead(planned);
+  }
   auto spec_of = [&](const PlannedSegment& seg) {
     DCR_CHECK(seg.tensor < base.size() && seg.tensor < next.size());
     const TensorRef& b = base[seg.tensor];
@@ -140,9 +147,9 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   // the builder then adds them in plan order, so the bytes are the same as from one thread.
   // Taking segments by size rather than cutting the plan in two keeps the threads' shares within
   // about one segment of each other (a fixed cut at half the elements left one thread idle for
-  // 14 % of the diff on the real pairs). Finish uses the second thread again for the banded
-  // location walk and the value section.
-  const bool plain_only = encode.context == EncodeOptions::Context::kNever;
+  // 14 % of the diff on the real pairs). Each thread also counts the band fit's classes of the
+  // segments it diffed, into its own counts, which the builder adds up. Finish uses the second
+  // thread again for the banded location walk and the value section.
   if (threads < 2 || !WorthTwoThreads(segments)) {
     add_all();
   } else {
@@ -152,7 +159,11 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return segments[a].count > segments[b].count; });
     std::atomic<size_t> next_taken{0};
-    auto diff_some = [&] {
+    FitCounts fit_counts[2];
+    // Read here: in code the helper runs, `builder` would name the helper's own thread_local.
+    const uint64_t fit_stride = plain_only ? 1 : builder.fit_stride();
+    auto diff_some = [&](FitCounts* counts) {
+      FitCounter fit_counter(fit_stride);
       for (size_t k; (k = next_taken.fetch_add(1, std::memory_order_relaxed)) < order.size();) {
         const size_t i = order[k];
         const PlannedSegment& seg = segments[i];
@@ -162,13 +173,20 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
                      &d.changes, digest_runs(seg, &d.digest));
         // A plain-only payload codes each segment's locations on its own: the thread that
-        // diffed the segment codes them, and the builder appends them as they are.
+        // diffed the segment codes them, and the builder appends them as they are. Otherwise
+        // the thread counts the segment for the band fit, while its old bits are in cache.
         d.locations.clear();
-        if (plain_only && d.changes.size() > 0) EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
+        if (d.changes.size() == 0) continue;
+        if (plain_only)
+          EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
+        else
+          fit_counter.Count({spec.dtype, bytes_of(base[seg.tensor], seg)}, d.changes.positions);
       }
+      fit_counter.AddTo(counts);
       return Status::Ok();
     };
-    (void)RunConcurrently(diff_some, diff_some);
+    (void)RunConcurrently([&] { return diff_some(&fit_counts[0]); }, [&] { return diff_some(&fit_counts[1]); });
+    if (!plain_only) builder.AddFitCounts(fit_counts[0]), builder.AddFitCounts(fit_counts[1]);
     for (size_t i = 0; i < segments.size(); ++i) {
       const PlannedSegment& seg = segments[i];
       const DiffedSegment& d = diffed[i];
