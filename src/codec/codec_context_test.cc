@@ -140,17 +140,16 @@ TEST(ContextRoundTrip, EverySimdTargetAndBothBitDepositsGiveTheSameBytesAndPosit
                                           {2, DType::kF16, ValueKind::kOverwrite, 17, 4983}};
   const auto want = w.Encode(specs, With(Context::kAlways));
   ASSERT_EQ(ModeOf(want), CodecMode::kContextParts);
-  for (int64_t target : CompiledSimdTargets())
+  ForEachSimdTarget([&](const std::string& target) {
     for (bool portable : {false, true}) {
-      const std::string what = std::string(SimdTargetName(target)) + (portable ? ", portable deposit" : "");
-      ForceSimdTarget(target);
+      const std::string what = target + (portable ? ", portable deposit" : "");
       ForcePortableBitDeposit(portable);
       EXPECT_EQ(w.Encode(specs, With(Context::kAlways)), want) << what;
       ExpectContextRoundTrip(w, specs, what);
-      ForceSimdTarget(0);
       ForcePortableBitDeposit(false);
       if (testing::Test::HasFailure()) return;
     }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

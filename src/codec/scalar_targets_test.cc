@@ -17,16 +17,6 @@
 namespace dcr {
 namespace {
 
-// Calls fn(target name) with each compiled target forced, the best first; restores dispatch.
-template <typename Fn>
-void ForEachTarget(Fn&& fn) {
-  for (int64_t target : CompiledSimdTargets()) {
-    ForceSimdTarget(target);
-    fn(std::string(SimdTargetName(target)));
-    ForceSimdTarget(0);
-  }
-}
-
 std::string Describe(const Status& s) { return s.ToString(); }
 const std::string kOk = Describe(Status::Ok());
 
@@ -64,7 +54,7 @@ TEST(ScalarTargets, LocationCodesAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
       for (size_t i = 0; i < inputs.size(); ++i)
         status[i] = Describe(DecodeLocations(inputs[i], count, block_log2, pos.size(), &decoded[i]));
 
-      ForEachTarget([&](const std::string& target) {
+      ForEachSimdTarget([&](const std::string& target) {
         const std::string what = target + ", density " + std::to_string(density) + ", block 2^" + std::to_string(block_log2);
         std::vector<uint8_t> code;
         EncodeLocations(pos, count, block_log2, &code);
@@ -105,7 +95,7 @@ TEST(ScalarTargets, RiceGapStreamsAreTheSameBytesAndReadAlikeOnEveryTarget) {
     std::vector<uint64_t> ordinals(gaps.size());
     for (uint64_t i = 0, next = 0; i < gaps.size(); ++i) ordinals[i] = next + gaps[i], next = ordinals[i] + 1;
 
-    ForEachTarget([&](const std::string& target) {
+    ForEachSimdTarget([&](const std::string& target) {
       const std::string what = target + ", r " + std::to_string(r);
       std::vector<uint8_t> code;
       {
@@ -171,7 +161,7 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
     std::vector<std::vector<std::vector<uint8_t>>> decoded(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) status[i] = decode(inputs[i], codec, &decoded[i]);
 
-    ForEachTarget([&](const std::string& target) {
+    ForEachSimdTarget([&](const std::string& target) {
       const std::string what = target + ", codec " + std::to_string(static_cast<int>(codec));
       std::vector<uint8_t> stored;
       EXPECT_EQ(EncodeValues(runs, 1, &stored, 1, streams_min), codec) << what;

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dcr {
@@ -46,5 +47,16 @@ void ForceSimdTarget(int64_t target);
 const char* SimdTargetName(int64_t target);
 // The target a kernel call would run on now.
 const char* ActiveSimdTargetName();
+
+// For tests: calls fn(target name) with each compiled target forced in turn, the best first,
+// then restores the normal choice.
+template <typename Fn>
+void ForEachSimdTarget(Fn&& fn) {
+  for (int64_t target : CompiledSimdTargets()) {
+    ForceSimdTarget(target);
+    fn(std::string(SimdTargetName(target)));
+  }
+  ForceSimdTarget(0);
+}
 
 }  // namespace dcr
