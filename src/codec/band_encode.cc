@@ -73,8 +73,9 @@ void WriteBandedCode(const ContextBands& bands, std::span<const CodedPart> parts
 
 // One encode of banded locations, by the calling thread and possibly a helper. The band fit's
 // class counts, unless made beforehand, are split at a segment boundary (`fit_seg_`; 0: not
-// split) between the two; the calling thread fits the bands; then each thread takes parts in order until none is left, and
-// the calling thread writes the code. Whoever codes a part, its bytes are the same.
+// split) between the two; the calling thread fits the bands; then each thread takes parts in
+// order until none is left, and the calling thread writes the code. Whoever codes a part, its
+// bytes are the same.
 class BandedEncode {
  public:
   // `helper`: a second thread runs Help (else Main does everything). `counted`: the fit's
