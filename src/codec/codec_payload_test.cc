@@ -396,6 +396,46 @@ TEST(PayloadBuilderDeathTest, SegmentsOutOfOrderAreAnInvariantViolation) {
   EXPECT_DEATH(backwards(), "check failed");
 }
 
+// CountFitAhead: a segment given to AddChanges must have its counts handed over
+// (AddFitCounts); Finish refuses to fit bands to counts that miss one. (A death test: not in
+// codec_context_test, which runs under qemu-user, where the death test's re-exec fails.)
+TEST(PayloadBuilderDeathTest, ASegmentNotCountedAheadIsAnInvariantViolation) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<uint8_t> base(2000), next;
+  for (size_t i = 0; i < base.size(); ++i) base[i] = static_cast<uint8_t>(i * 37 + 11);
+  next = base;
+  for (size_t i = 0; i < next.size(); i += 14) next[i] ^= 1;
+  const SegmentSpec s{1, DType::kBF16, ValueKind::kXor, 0, 1000};
+  EncodeOptions opt;
+  opt.context = EncodeOptions::Context::kAlways;
+  auto uncounted = [&] {
+    PayloadBuilder b(opt);
+    b.CountFitAhead(s.count);
+    ChangeSet cs;
+    DiffElements(base, next, 2, s.kind, &cs);
+    b.AddChanges(s, cs, base);
+    std::vector<uint8_t> out;
+    b.Finish({1, 0, 0}, &out);
+  };
+  auto counted = [&] {
+    PayloadBuilder b(opt);
+    b.CountFitAhead(s.count);
+    ChangeSet cs;
+    DiffElements(base, next, 2, s.kind, &cs);
+    b.AddChanges(s, cs, base);
+    FitCounter counter(b.fit_stride());
+    counter.Count({s.dtype, base}, cs.positions);
+    FitCounts counts;
+    counter.AddTo(&counts);
+    b.AddFitCounts(counts);
+    std::vector<uint8_t> out;
+    b.Finish({1, 0, 0}, &out);
+    return out.size();
+  };
+  EXPECT_GT(counted(), 0u);
+  EXPECT_DEATH(uncounted(), "check failed");
+}
+
 TEST(PayloadRoundTrip, IdentityIsReadableWithoutDecoding) {
   std::vector<uint8_t> base(64, 0), next(64, 0);
   next[10] = 1;

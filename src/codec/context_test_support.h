@@ -426,5 +426,60 @@ struct ContextPayload {
   }
 };
 
+// PayloadBuilder::CountFitAhead: the band fit's counts made segment by segment as they are
+// diffed (by AddDiff, or by the caller for AddChanges, split between counters in any way) give
+// the bytes of the counts Finish makes, with `threads` threads coding.
+inline void ExpectFitCountedAheadGivesFinishBytes(int threads) {
+  std::mt19937_64 rng(31);
+  World w;
+  // Changes depend on the exponent, so that the fit has bands to find.
+  auto by_exponent = [](int shift, uint64_t mask, uint64_t below) {
+    return [=](uint64_t old) { return ((old >> shift) & mask) < below ? 0.06 : 0.004; };
+  };
+  w.Add(1, DType::kBF16, 400000, rng, 0, 400000, by_exponent(7, 0xff, 124));
+  w.Add(2, DType::kF32, 200000, rng, 0, 200000, by_exponent(23, 0xff, 122));
+  w.Add(3, DType::kBF16, 50000, rng, 0, 50000, 0.0);  // no changes: planned, not counted
+  w.Add(4, DType::kBF16, 40000, rng, 0, 40000, by_exponent(7, 0xff, 120));
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 250000},
+                                          {1, DType::kBF16, ValueKind::kXor, 250000, 150000},
+                                          {2, DType::kF32, ValueKind::kOverwrite, 0, 200000},
+                                          {3, DType::kBF16, ValueKind::kXor, 0, 50000},
+                                          {4, DType::kBF16, ValueKind::kXor, 0, 40000}};
+  uint64_t planned = 0, changed = 0;
+  for (const SegmentSpec& s : specs) planned += s.count;
+  // 640 Ki elements, 600 Ki of them in changed segments: both sample every 16th element.
+  ASSERT_EQ(FitSampleStride(planned), 16u);
+  ASSERT_EQ(FitSampleStride(planned - 50000), 16u);
+  const std::string what = std::to_string(threads) + " thread(s)";
+  const std::vector<uint8_t> want = w.Encode(specs, With(Context::kAlways), &changed, threads);
+  ASSERT_EQ(ModeOf(want), CodecMode::kContextParts) << what;
+  std::vector<uint8_t> by_diff, by_caller;
+  PayloadBuilder b(With(Context::kAlways));
+  b.CountFitAhead(planned);
+  for (const SegmentSpec& s : specs) b.AddDiff(s, w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s));
+  b.Finish(kIdentity, &by_diff, threads);
+  EXPECT_EQ(by_diff, want) << what;
+  // The caller diffs and counts, alternating between two counters; the builder reuses its
+  // buffers from the payload before.
+  b.CountFitAhead(planned);
+  FitCounter even(b.fit_stride()), odd(b.fit_stride());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const SegmentSpec& s = specs[i];
+    ChangeSet cs;
+    DiffElements(w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s), DTypeWidth(s.dtype), s.kind, &cs);
+    if (cs.size() == 0) continue;
+    b.AddChanges(s, cs, w.Seg(w.base.at(s.tensor_index), s));
+    (i % 2 == 0 ? even : odd).Count({s.dtype, w.Seg(w.base.at(s.tensor_index), s)}, cs.positions);
+  }
+  FitCounts first, second;
+  even.AddTo(&first);
+  odd.AddTo(&second);
+  b.AddFitCounts(second);
+  b.AddFitCounts(first);
+  b.Finish(kIdentity, &by_caller, threads);
+  EXPECT_EQ(by_caller, want) << what;
+  EXPECT_GT(changed, 10000u);
+}
+
 }  // namespace
 }  // namespace dcr
