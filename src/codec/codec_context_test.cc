@@ -152,12 +152,11 @@ TEST(ContextRoundTrip, EverySimdTargetAndBothBitDepositsGiveTheSameBytesAndPosit
   });
 }
 
-// ---------------------------------------------------------------------------------------------
-// Decoding needs the right base
-
-
 // PayloadBuilder::CountFitAhead on one thread (two: codec_context_threads_test).
 TEST(ContextEncode, FitCountedAheadGivesTheBytesOfTheFitCountedAtFinish) { ExpectFitCountedAheadGivesFinishBytes(1); }
+
+// ---------------------------------------------------------------------------------------------
+// Decoding needs the right base
 
 TEST(ContextDecode, WithoutABaseIsUnsupportedButTheLayoutParses) {
   ContextPayload c;

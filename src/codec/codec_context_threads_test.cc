@@ -184,11 +184,11 @@ TEST(ConcurrentEncode, PartsOnTwoThreadsGiveTheBytesOfOneThread) {
   SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
 }
 
-// A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice
-// parameter), and every part decodes, on either thread.
 // PayloadBuilder::CountFitAhead with two threads coding the payload (one: codec_context_test).
 TEST(ConcurrentEncode, FitCountedAheadGivesTheBytesOfTheFitCountedAtFinish) { ExpectFitCountedAheadGivesFinishBytes(2); }
 
+// A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice
+// parameter), and every part decodes, on either thread.
 TEST(ConcurrentDecode, ABandWithoutChangesInAPartDecodes) {
   std::mt19937_64 rng(78);
   World w;
