@@ -64,15 +64,15 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 // Appends the banded code in parts (mode 3) of the changed positions (positions[i] ascending,
 // relative to segment i, at least one in all) to `out`, with ChooseBandParts(total elements,
 // part_elements) parts. Deterministic: a function of the segments' bytes and part_elements
-// only, the same with any thread count. With threads >= 2 and at least kSplitWalkMinElements
-// elements, a helper thread takes half of the band fit's counts, then runs `filler` and `also`
-// (other work of the same payload) while the calling thread fits the bands, then takes parts;
-// the calling thread takes parts, and `also` while the helper still codes one. Each step is
-// done once, by whichever thread claims it first. `filler` and `also` may still be unclaimed on
-// return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only
-// runs `filler` and `also`. `counted`, if given, holds the band fit's counts of every segment
-// (FitCounter, band_fit.h), made beforehand with any stride: the fit then counts nothing, and
-// the code is a function of those counts instead of FitSampleStride(segs)'s. (band_encode.cc)
+// only, the same with any thread count. The band fit's counts are `counted` if given (every
+// segment's, made beforehand with any stride by FitCounter, band_fit.h: the code is then a
+// function of those counts instead of FitSampleStride(segs)'s), else the calling thread makes
+// them. With threads >= 2 and at least kSplitWalkMinElements elements, a helper thread runs
+// `filler` and `also` (other work of the same payload) while the calling thread fits the bands,
+// then takes parts; the calling thread takes parts, and `also` while the helper still codes one.
+// Each step is done once, by whichever thread claims it first. `filler` and `also` may still be
+// unclaimed on return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements
+// a helper only runs `filler` and `also`. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
                            ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr,

@@ -71,28 +71,21 @@ void WriteBandedCode(const ContextBands& bands, std::span<const CodedPart> parts
   for (const CodedPart& p : parts) out->insert(out->end(), p.stream.begin(), p.stream.end());
 }
 
-// One encode of banded locations, by the calling thread and possibly a helper. The band fit's
-// class counts, unless made beforehand, are split at a segment boundary (`fit_seg_`; 0: not
-// split) between the two; the calling thread fits the bands; then each thread takes parts in
-// order until none is left, and the calling thread writes the code. Whoever codes a part, its
-// bytes are the same.
+// One encode of banded locations, by the calling thread and possibly a helper. The calling
+// thread fits the bands (to the counts made beforehand, as the producer makes them while it
+// diffs, or to its own); then each thread takes parts in order until none is left, and the
+// calling thread writes the code. Whoever codes a part, its bytes are the same.
 class BandedEncode {
  public:
   // `helper`: a second thread runs Help (else Main does everything). `counted`: the fit's
   // counts, if made beforehand.
   BandedEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                uint64_t part_elements, bool helper, const FitCounts* counted)
-      : segs_(segs), positions_(positions), stride_(FitSampleStride(segs)), counted_before_(counted) {
+      : segs_(segs), positions_(positions), counted_before_(counted) {
     const uint64_t total = TotalElements(segs);
     for (const std::span<const uint32_t>& p : positions) total_changes_ += p.size();
     parts_ = ChooseBandParts(total, part_elements);
     starts_ = FindBandPartStarts(segs, total, parts_);
-    if (helper && counted == nullptr) {
-      // The first segment boundary at or past half the elements, else the last boundary.
-      uint64_t before = 0;  // elements of the segments before fit_seg_
-      for (; fit_seg_ < segs.size() && 2 * before < total; ++fit_seg_) before += segs[fit_seg_].elements();
-      if (fit_seg_ == segs.size()) fit_seg_ = segs.size() - 1;  // 0 (one count) for one segment
-    }
     // The parts' codes live in the calling thread's buffers, reached through a pointer taken
     // here (in code the helper runs, the name would be the helper's own thread_local).
     thread_local std::array<CodedPart, kMaxBandParts> coded;
@@ -100,14 +93,12 @@ class BandedEncode {
     const SecondPartWalker walker = helper ? GetSecondPartWalkerForTests() : SecondPartWalker::kCallerWalksOn;
     helper_path_ = walker == SecondPartWalker::kHelperPath;
     caller_all_ = walker == SecondPartWalker::kCallerWalksOn;
-    if (caller_all_) (void)count_claim_.Claim();
     if (helper_path_) next_part_.store(1);  // the helper takes every part but the first
   }
 
-  // The helper's share: the second count (if unclaimed), `filler` and, if the caller is still
-  // fitting the bands, `also`; then parts while any is left, then `also` if still unclaimed.
+  // The helper's share: `filler` and, if the caller is still fitting the bands, `also`; then
+  // parts while any is left, then `also` if still unclaimed.
   void Help(ClaimableTask* filler, ClaimableTask* also) {
-    if (fit_seg_ > 0 && count_claim_.Claim()) CountSecond();
     if (filler != nullptr) (void)filler->RunIfUnclaimed();
     // The fit is the calling thread's alone: take `also` now rather than wait for it.
     if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunIfUnclaimed();
@@ -118,20 +109,15 @@ class BandedEncode {
     if (also != nullptr) (void)also->RunIfUnclaimed();
   }
 
-  // The calling thread's share: count (the second segments' classes too unless the helper
-  // claimed them), fit, parts while any is left, `also` (if given and unclaimed) while the helper
-  // still codes one; then, all parts coded, the code, appended to `out`.
+  // The calling thread's share: the counts (unless made beforehand), the fit, parts while any is
+  // left, `also` (if given and unclaimed) while the helper still codes one; then, all parts
+  // coded, the code, appended to `out`.
   void Main(std::vector<uint8_t>* out, ClaimableTask* also) {
     FitCounts counts;
     if (counted_before_ != nullptr)
       counts = *counted_before_;
     else
-      CountFitClasses(segs_, positions_, 0, fit_seg_ > 0 ? fit_seg_ : segs_.size(), stride_, &counts);
-    if (fit_seg_ > 0) {
-      if (count_claim_.Claim() || caller_all_) CountSecond();
-      YieldUntil([&] { return counted_.load(std::memory_order_acquire); });
-      counts.Add(second_counts_);
-    }
+      CountFitClasses(segs_, positions_, FitSampleStride(segs_), &counts);
     fit_ = FitBandsToCounts(counts);
     offset_ = BandOffsets(fit_.changes);
     fitted_.store(true, std::memory_order_release);
@@ -155,25 +141,17 @@ class BandedEncode {
              &coded_[p]);
     coded_parts_.fetch_add(1, std::memory_order_release);
   }
-  void CountSecond() {
-    CountFitClasses(segs_, positions_, fit_seg_, segs_.size(), stride_, &second_counts_);
-    counted_.store(true, std::memory_order_release);
-  }
 
   std::span<const ContextSegment> segs_;
   std::span<const std::span<const uint32_t>> positions_;
-  uint64_t stride_;
   const FitCounts* counted_before_;
   uint64_t total_changes_ = 0;
   size_t parts_ = 1;
   BandPartStarts starts_{};
-  size_t fit_seg_ = 0;  // the first segment of the second count; 0: one count
   CodedPart* coded_ = nullptr;
   bool helper_path_ = false, caller_all_ = false;
-  ClaimOnce count_claim_;
-  std::atomic<bool> counted_{false}, fitted_{false};
+  std::atomic<bool> fitted_{false};
   std::atomic<size_t> next_part_{0}, coded_parts_{0};
-  FitCounts second_counts_;
   FittedBands fit_;
   BandWords offset_{};
 };

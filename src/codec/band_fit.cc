@@ -89,15 +89,15 @@ void FitCounter::AddTo(FitCounts* counts) {
 }
 
 void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                     size_t from, size_t to, uint64_t stride, FitCounts* counts) {
+                     uint64_t stride, FitCounts* counts) {
   FitCounter counter(stride);
-  for (size_t s = from; s < to; ++s) counter.Count(segs[s], positions[s]);
+  for (size_t s = 0; s < segs.size(); ++s) counter.Count(segs[s], positions[s]);
   counter.AddTo(counts);
 }
 
 FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions) {
   FitCounts counts;
-  CountFitClasses(segs, positions, 0, segs.size(), FitSampleStride(segs), &counts);
+  CountFitClasses(segs, positions, FitSampleStride(segs), &counts);
   return FitBandsToCounts(counts);
 }
 

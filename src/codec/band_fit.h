@@ -76,9 +76,9 @@ class FitCounter {
   FitCounts folded_;
 };
 
-// Adds the counts of segments [from, to) to *counts.
+// Adds the counts of every segment to *counts.
 void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                     size_t from, size_t to, uint64_t stride, FitCounts* counts);
+                     uint64_t stride, FitCounts* counts);
 
 // The fit of FitContextBands, given the counts of all the payload's segments.
 FittedBands FitBandsToCounts(const FitCounts& counts);
