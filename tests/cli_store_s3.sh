@@ -18,8 +18,9 @@ else
   "$DCR_TESTDATA" chain --steps 10 --layers 2 --hidden 128 --vocab 512 "$CHAIN" >/dev/null
 fi
 start_s3rver "$WORK/s3rver"
-# Transient: a retried request is not faulted again (S3's SlowDowns pass); otherwise the polls of
-# five processes can line one request up with the fault count on every one of its retries.
+# Transient: an object faulted in the last 10 s (transient_s) is not faulted again (S3's SlowDowns
+# pass); otherwise the polls of five processes can line one request up with the fault count on
+# every one of its retries.
 echo '{"fail_every": 7, "truncate_every": 11, "delay_every": 13, "delay_ms": 300, "transient": true}' >"$WORK/faults.json"
 start_fault_proxy "$S3_ENDPOINT" "$WORK/faults.json"
 STORE=s3://$S3_BUCKET/refit

@@ -4,7 +4,7 @@
 Usage: s3_fault_proxy.py --upstream http://127.0.0.1:PORT [--port 0] [--control FILE]
                          [--fail-every N] [--fail-status 503] [--truncate-every N]
                          [--truncate-fraction 0.5] [--delay-every N] [--delay-ms MS]
-                         [--methods GET,PUT,...] [--transient]
+                         [--methods GET,PUT,...] [--transient] [--transient-s 10]
 
 Sits between an S3 client and an S3 server (s3rver). Every request is forwarded unchanged,
 headers included (Host as the client sent it: it is signed), and the answer is passed back
@@ -13,13 +13,15 @@ unchanged, except that among the requests whose method is in --methods (all when
   - every truncate-every-th one is forwarded, and its answer is sent with the full
     Content-Length but only truncate-fraction of the body, then the connection is closed;
   - every delay-every-th one is forwarded and its answer delayed by delay-ms.
-N = 0 disables a fault. With --transient (transient: true), a request for the same method and path
-as one that just got a fail or truncate fault is never faulted itself, as S3's SlowDowns pass: a
-client's retry then always gets through, whatever the interleaving of other clients' requests
-(without it, one request can meet the fault count on every retry). The control file, when given, is a JSON object with the same settings
-(fail_every, fail_status, truncate_every, truncate_fraction, delay_every, delay_ms, methods,
-transient); it
-is re-read when it changes, and a change restarts the request count. Prints
+N = 0 disables a fault. With --transient (transient: true), no request for a method and path
+that got a fail or truncate fault in the last --transient-s seconds is faulted, as S3's
+SlowDowns pass: a client's retries (their backoffs add up to a few seconds) then get through
+whatever other clients ask for the same object in between. Without it, one request can meet the
+fault count on every retry; and an immunity that the next request for the path used up (this
+proxy's first version) let another client's poll of the same object take it. The control file,
+when given, is a JSON object with the same settings (fail_every, fail_status, truncate_every,
+truncate_fraction, delay_every, delay_ms, methods, transient, transient_s); it is re-read when it
+changes, and a change restarts the request count. Prints
 "listening on 127.0.0.1:PORT" once ready; logs every injected fault to stderr.
 """
 import argparse
@@ -39,7 +41,7 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Cod
 
 class Faults:
     KEYS = ("fail_every", "fail_status", "truncate_every", "truncate_fraction", "delay_every", "delay_ms", "methods",
-            "transient")
+            "transient", "transient_s")
 
     def __init__(self, args):
         self.defaults = {k: getattr(args, k) for k in self.KEYS}
@@ -48,7 +50,7 @@ class Faults:
         self.settings = dict(self.defaults)
         self.stamp = None
         self.count = 0
-        self.faulted = set()  # (method, path) whose last request got a fail or truncate fault
+        self.immune_until = {}  # (method, path) -> monotonic time until which it is not faulted
 
     def _reload(self):
         if not self.control:
@@ -86,14 +88,13 @@ class Faults:
                 return bool(s[k]) and n % int(s[k]) == 0
 
             fail, truncate = every("fail_every"), every("truncate_every")
-            key = (method, path)
+            key, now = (method, path), time.monotonic()
             if not s["transient"]:
                 pass  # faults by count alone
-            elif key in self.faulted:  # a retry of a faulted request
-                self.faulted.discard(key)
+            elif now < self.immune_until.get(key, 0.0):  # a retry, or another client's request
                 fail = truncate = False
             elif fail or truncate:
-                self.faulted.add(key)
+                self.immune_until[key] = now + float(s["transient_s"])
             return fail, truncate, (int(s["delay_ms"]) if every("delay_every") else 0), s
 
 
@@ -176,6 +177,7 @@ def main():
     p.add_argument("--delay-ms", dest="delay_ms", type=int, default=0)
     p.add_argument("--methods", default="")
     p.add_argument("--transient", action="store_true")
+    p.add_argument("--transient-s", dest="transient_s", type=float, default=10.0)
     args = p.parse_args()
     up = urlsplit(args.upstream)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
