@@ -128,23 +128,36 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
 }
 
 // A band places its changes in a tile one by one (a vector search for the word and a one-bit
-// deposit each) when it has fewer changes than half the tile's words; more, and it deposits its
-// bitmap word by word (branch-free). Half was faster than a quarter or two thirds in one-thread
-// decodes of every real pair (0.4-4.5 % change, interleaved runs).
-constexpr uint64_t kSparseChangesPerWordNum = 1, kSparseChangesPerWordDen = 2;
+// deposit each) when it has fewer changes than the tile has words; more, and it deposits its
+// bitmap word by word (branch-free). Half the words was best on an Emerald Rapids (against a
+// quarter and two thirds, when the search read two rows of counts per change). With the counts
+// read once per band (BandCountsBefore), on a Zen 5 the bound of one change per word took
+// 0.87 of the time of one half in one-thread decodes at 4.5 % (where a band has up to ~60
+// changes in a tile) and 0.9-1.0 at 7 %; two per word or always one by one were no faster
+// there and slower at 48 % (synthetic).
+constexpr uint64_t kSparseChangesPerWordNum = 1, kSparseChangesPerWordDen = 1;
 
-// The word of the tile holding band b's member number `local` (< its members in the tile): the
-// last word wd with rows.BandBefore(b, wd) <= local. One compare per vector of 16-bit lanes, no
-// branches; past the tile's words the counts are the band's total, above `local`.
-HWY_INLINE size_t WordOfMember(const TileRows& rows, size_t b, int16_t local) {
+// A band's members before each word of the tile: out[wd] = rows.BandBefore(b, wd) for
+// wd <= kTileWords (past the tile's words, the band's total in the tile), read once per band and
+// tile instead of twice per change or word.
+HWY_INLINE void BandCountsBefore(const TileRows& rows, size_t b, int16_t* out) {
+  const hn::CappedTag<int16_t, kTileWords> d;
+  const size_t n = hn::Lanes(d);
+  for (size_t i = 0; i < kTileWords; i += n)  // n divides kTileWords (a power of two, capped at it)
+    hn::Store(hn::Sub(hn::Load(d, rows.pre[b] + i), hn::Load(d, rows.pre[b + 1] + i)), d, out + i);
+  out[kTileWords] = static_cast<int16_t>(rows.BandBefore(b, kTileWords));
+}
+
+// The word of the tile holding member number `local` (< the band's members in the tile) of the
+// band whose counts BandCountsBefore gave: the last word wd with before[wd] <= local. One
+// compare per vector of 16-bit lanes, no branches; past the tile's words the counts are the
+// band's total, above `local`.
+HWY_INLINE size_t WordOfMemberIn(const int16_t* before, int16_t local) {
   const hn::CappedTag<int16_t, kTileWords> d;
   const size_t n = hn::Lanes(d);
   const auto v = hn::Set(d, local);
-  const int16_t* hi = rows.pre[b];
-  const int16_t* lo = rows.pre[b + 1];
   size_t after = 0;  // words wholly after the member
-  for (size_t i = 0; i < kTileWords; i += n)
-    after += hn::CountTrue(d, hn::Gt(hn::Sub(hn::Load(d, hi + i), hn::Load(d, lo + i)), v));
+  for (size_t i = 0; i < kTileWords; i += n) after += hn::CountTrue(d, hn::Gt(hn::Load(d, before + i), v));
   return kTileWords - 1 - after;
 }
 
@@ -210,6 +223,7 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   TileClassifiers classifiers(bands);
   uint64_t hit[kTileWords];
   uint64_t tile_map[kTileWords + 2];  // a dense band's changes in the tile, by member
+  HWY_ALIGN int16_t before[kTileWords + 1];  // BandCountsBefore of the band being placed
   bool ok = true;
   for (size_t s = part->from_seg; s < part->seg_end && ok; ++s) {
     const TileClassifier& classes = classifiers.For(segs[s]);
@@ -229,17 +243,23 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
         run[b] = end;
         const uint64_t* ord = ordinals[b];
         uint64_t p = (*placed)[b];  // the band's ordinals in this tile: [p, q)
-        const uint64_t q = OrdinalsBelow(ord, p, count[b], end);
-        if (q == p) continue;
-        (*placed)[b] = q;
-        if ((q - p) * kSparseChangesPerWordDen < words * kSparseChangesPerWordNum) {
-          for (; p < q; ++p) {
+        if (ord[p] >= end) continue;
+        BandCountsBefore(rows, b, before);
+        // Sparse unless the tile holds the band's ordinal number p + many - 1 too; then one by
+        // one up to the first ordinal past the tile, with no count of them beforehand.
+        const uint64_t many = std::max<uint64_t>(1, words * kSparseChangesPerWordNum / kSparseChangesPerWordDen);
+        if (count[b] - p < many || ord[p + many - 1] >= end) {
+          const uint64_t last = std::min(count[b], p + many);  // the tile's ordinals end before it
+          for (; p < last && ord[p] < end; ++p) {
             const auto local = static_cast<int16_t>(ord[p] - r0);
-            const size_t wd = WordOfMember(rows, b, local);
-            hit[wd] |= DepositBits(uint64_t{1} << (local - rows.BandBefore(b, wd)), rows.Band(b, wd), fast_pdep);
+            const size_t wd = WordOfMemberIn(before, local);
+            hit[wd] |= DepositBits(uint64_t{1} << (local - before[wd]), rows.Band(b, wd), fast_pdep);
           }
+          (*placed)[b] = p;
           continue;
         }
+        const uint64_t q = OrdinalsBelow(ord, p + many, count[b], end);
+        (*placed)[b] = q;
         // The band's changes in the tile as a bitmap over its members in the tile (BitsAt reads
         // one word past the last member's). A word's bits gather in a register and the word is
         // stored whole: an |= in memory per ordinal would chain through store forwarding.
@@ -252,10 +272,8 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
           word = wd;
         }
         for (size_t wd = 0; wd < words; ++wd) {
-          const uint64_t m = rows.Band(b, wd);
-          const int32_t before = rows.BandBefore(b, wd);
-          const int c = rows.BandBefore(b, wd + 1) - before;
-          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before), c), m, fast_pdep);
+          const int c = before[wd + 1] - before[wd];
+          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before[wd]), c), rows.Band(b, wd), fast_pdep);
         }
       }
       // The tile's changes, and which words hold any: the loop below visits only those.
