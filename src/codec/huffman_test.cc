@@ -217,6 +217,62 @@ TEST(Huffman, EveryLengthFrom1To15RoundTripsAtEveryBitAlignment) {
   ExpectDecodes(c, symbols);
 }
 
+// The multi-symbol entry of window w (kFastBits = 10 bits), code by code through Get: codes
+// read from w's low bits on while each fits in the 10 bits with those before it, decodes, and is
+// below `stop`, at most kMultiSymbols of them.
+struct MultiEntry {
+  std::vector<uint32_t> symbols;
+  int bits = 0;
+};
+MultiEntry ExpectedMultiEntry(const HuffmanDecoder& dec, const std::vector<uint8_t>& len, uint32_t w, uint32_t stop) {
+  MultiEntry e;
+  while (e.symbols.size() < static_cast<size_t>(HuffmanDecoder::kMultiSymbols)) {
+    const uint32_t rest = w >> e.bits;  // zeros above the window's bits
+    const std::vector<uint8_t> bytes = {static_cast<uint8_t>(rest), static_cast<uint8_t>(rest >> 8), 0, 0, 0, 0, 0, 0};
+    BitReader r(bytes);
+    const uint32_t sym = dec.Get(r);
+    if (r.overrun() || len[sym] == 0 || e.bits + len[sym] > 10 || sym >= stop) break;
+    e.symbols.push_back(sym);
+    e.bits += len[sym];
+  }
+  return e;
+}
+
+TEST(Huffman, MultiSymbolTableHoldsTheCodesOfEachWindow) {
+  std::mt19937_64 rng(21);
+  // Codes from frequencies (complete), and incomplete codes with lengths from 1 to 15.
+  std::vector<std::vector<uint8_t>> tables;
+  for (int t = 0; t < 30; ++t) {
+    std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);
+    const int used = 1 + static_cast<int>(rng() % (t < 10 ? 6 : 200));
+    for (int i = 0; i < used; ++i) freq[rng() % 64 + (rng() % 4 == 0 ? rng() % 4000 : 0)] = 1 + (rng() % (1u << (rng() % 16)));
+    tables.emplace_back();
+    HuffmanEncoder(freq).WriteTable(&tables.back());
+  }
+  tables.push_back(Table(1, {{5, 3}}));                     // one 3-bit code
+  tables.push_back(Table(3, {{0, 1}, {1, 4}, {0, 12}}));    // 1, 4 and 12 bits, incomplete
+  tables.push_back(Table(2, {{7, 2}, {2000, 15}}));         // a 2-bit and a 15-bit code
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const std::vector<uint8_t> len = TableLengths(tables[t], kHuffmanMaxSymbols);
+    for (uint32_t stop : {kHuffmanMaxSymbols, 40u, 5u, 0u}) {
+      ByteReader r(tables[t]);
+      HuffmanDecoder dec;
+      ASSERT_TRUE(dec.ReadTable(r, kHuffmanMaxSymbols).ok()) << "table " << t;
+      dec.BuildMultiTable(stop);
+      for (uint32_t w = 0; w < 1024; ++w) {
+        const MultiEntry want = ExpectedMultiEntry(dec, len, w, stop);
+        const uint64_t got = HuffmanDecoder::PeekMulti(dec.multi_table(), w);
+        ASSERT_EQ(HuffmanDecoder::MultiCount(got), static_cast<int>(want.symbols.size()))
+            << "table " << t << " stop " << stop << " window " << w;
+        EXPECT_EQ(HuffmanDecoder::MultiBits(got), want.bits) << "table " << t << " stop " << stop << " window " << w;
+        for (size_t i = 0; i < want.symbols.size(); ++i)
+          EXPECT_EQ(HuffmanDecoder::MultiSymbol(got, static_cast<int>(i)), want.symbols[i])
+              << "table " << t << " stop " << stop << " window " << w << " symbol " << i;
+      }
+    }
+  }
+}
+
 TEST(Huffman, EncodingIsDeterministic) {
   std::mt19937_64 rng(3);
   std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);
