@@ -203,11 +203,13 @@ HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, 
 }
 #endif
 
-// DecodeBandWalk of band_walk.h, for this target.
-bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
-                    std::span<const uint64_t> room_of, std::span<std::vector<uint32_t>* const> positions, WalkPart* part,
-                    std::vector<uint64_t>* filled) {
+// DecodeBandWalk of band_walk.h, for this target and kind of bit deposit (a template parameter:
+// a run-time flag was tested at every change).
+template <bool kFastPdep>
+bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands& bands,
+                        const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room_of,
+                        std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+  constexpr bool fast_pdep = kFastPdep;
   // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
   // changed elements, either one by one (few changes) or by depositing a bitmap of its changes
   // among its members in the tile onto its element mask word by word (branch-free); the tile
@@ -327,6 +329,14 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   part->run = run;
   part->placed = placed_here;
   return ok;
+}
+
+bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
+                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
+                    std::span<const uint64_t> room_of, std::span<std::vector<uint32_t>* const> positions, WalkPart* part,
+                    std::vector<uint64_t>* filled) {
+  return fast_pdep ? DecodeBandWalkWith<true>(segs, bands, ordinals, room_of, positions, part, filled)
+                   : DecodeBandWalkWith<false>(segs, bands, ordinals, room_of, positions, part, filled);
 }
 
 // LoadTileRowsForTests of band_walk.h, for this target.
