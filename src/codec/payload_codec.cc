@@ -1,6 +1,7 @@
 #include "codec/payload_codec.h"
 
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <optional>
 
@@ -22,6 +23,10 @@ enum : size_t {
   kOffValStored = 64,
 };
 static_assert(kOffValStored + 8 == kPayloadHeaderBytes);
+
+// What Finish reserves for a value section beyond its raw bytes: its code table (up to 4096
+// entries of a few bytes) and stream header. A hint only: a larger section grows the buffer.
+constexpr size_t kValueSectionSlackBytes = 16 * 1024;
 
 // Upper bound of a valid location code for one segment: each block's count, method and Rice
 // parameter, plus at most a bitmap's worth of data (the encoder never picks a larger code).
@@ -167,6 +172,11 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   ClaimableTask values_task([&] { return values->Work(0), Status::Ok(); });
   values_task.Then(&values_second);
   mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
+  // Room for the whole payload at once (the value section is at most about its raw bytes, as
+  // planes, plus its tables): growing by doubling copied it and touched up to twice the pages,
+  // and fresh pages are what a payload's output costs most on a machine with slow page faults.
+  out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + val_raw_.size() + kValueSectionSlackBytes +
+               kPayloadTrailerBytes);
   loc_at = out->size();
   loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
   if (share_values) {
