@@ -13,7 +13,27 @@ _refit_cleanup() {
 }
 trap '_rc=$?; set +e; _refit_cleanup; (exit $_rc); _keep_on_failure' EXIT
 
-free_port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# free_port: a loopback port free now, from below the kernel's ephemeral range (as `dcr demo`
+# picks them): a port bind(0) hands out can be taken by any process's next outgoing connection
+# before the receiver binds it, or while a killed receiver restarts on it.
+free_port() {
+  "$PYTHON" -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(64):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(10000, low) if low - 10000 >= 1000 else 0))
+        print(s.getsockname()[1])
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+else:
+    raise SystemExit("no free loopback port")
+'
+}
 
 # start_receiver NAME [ARGS...]: `dcr serve --state $WORK/NAME` on a fresh port (the port is kept
 # across restarts of NAME); extra ARGS (e.g. --init CKPT) are passed on. Waits until it answers.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "base/timing.h"
 #include "cli/child_process.h"
@@ -34,20 +35,36 @@ struct DemoArgs {
   uint64_t seed = 7;
 };
 
-// A free loopback TCP port (the kernel's choice; released before the receiver binds it).
+// A loopback TCP port that is free now, for a receiver or coordinator to bind moments later:
+// taken at random from below the kernel's ephemeral range, so that no connection another process
+// opens meanwhile (every connect takes an ephemeral port, and tests run beside the demo) can take
+// it first, as it could take a port that bind(0) had handed out. Falls back to bind(0) when that
+// range leaves no room below it.
 Result<int> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoError("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return ErrnoError("bind an ephemeral port");
+  int ephemeral_low = 32768;
+  {
+    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+    int lo = 0, hi = 0;
+    if (range >> lo >> hi && lo > 0) ephemeral_low = lo;
   }
-  ::close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
+  constexpr int kLowest = 10000;  // above the well-known and most registered services' ports
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const bool below = ephemeral_low - kLowest >= 1000;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return ErrnoError("socket");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (below) a.sin_port = htons(static_cast<uint16_t>(kLowest + static_cast<int>(rng() % static_cast<unsigned>(ephemeral_low - kLowest))));
+    socklen_t len = sizeof(a);
+    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    ::close(fd);
+    if (bound) return static_cast<int>(ntohs(a.sin_port));
+    if (!below) return ErrnoError("bind an ephemeral port");
+  }
+  return IoError("no free loopback port below " + std::to_string(ephemeral_low) + " after 64 tries");
 }
 
 std::string Join(const std::vector<std::string>& v) {
