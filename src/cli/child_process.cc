@@ -71,6 +71,15 @@ Result<int> ChildProcess::Wait(int timeout_ms) {
   }
 }
 
+bool ChildProcess::Exited(int* code) {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  pid_ = -1;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return true;
+}
+
 void ChildProcess::Terminate(int grace_ms) {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);

@@ -24,6 +24,9 @@ class ChildProcess {
   // The exit code; kIoError if it has not exited within timeout_ms (it is then killed) or died
   // from a signal.
   Result<int> Wait(int timeout_ms);
+  // Whether it has exited (reaped now, or by an earlier Wait); if it exited now, its exit code
+  // (or -1 after a signal) goes to *code.
+  bool Exited(int* code);
   // SIGTERM, then SIGKILL if it has not exited within grace_ms.
   void Terminate(int grace_ms);
   pid_t pid() const { return pid_; }

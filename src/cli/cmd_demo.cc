@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "base/timing.h"
@@ -140,11 +141,24 @@ class Demo {
       endpoints_.push_back(endpoint);
       states_.push_back(state);
     }
+    // Every receiver answers a status request within 60 s; one that exits meanwhile (its port
+    // taken, say) fails the demo at once rather than at the deadline.
     DCR_ASSIGN_OR_RETURN(PeerSet peers, PeerSet::Connect(endpoints_));
-    auto replies = peers.CallAll({{"type", "status"}}, 60000);
-    for (size_t i = 0; i < replies.size(); ++i)
-      if (!replies[i]) return IoError("receiver " + endpoints_[i] + " did not start; see " + dir_ + "/r" + std::to_string(i) + ".log");
-    return Status::Ok();
+    std::vector<std::optional<Json>> pending(endpoints_.size(), Json{{"type", "status"}});
+    for (int second = 0;; ++second) {
+      const auto replies = peers.Call(pending, 1000);
+      bool all = true;
+      for (size_t i = 0; i < replies.size(); ++i) {
+        if (replies[i]) pending[i].reset();
+        if (!pending[i]) continue;
+        all = false;
+        const std::string log = dir_ + "/r" + std::to_string(i) + ".log";
+        if (int code = 0; receivers_[i].Exited(&code))
+          return IoError("receiver " + endpoints_[i] + " exited at start (code " + std::to_string(code) + "); see " + log);
+        if (second >= 60) return IoError("receiver " + endpoints_[i] + " did not answer within 60 s; see " + log);
+      }
+      if (all) return Status::Ok();
+    }
   }
 
   void StopReceivers() {
