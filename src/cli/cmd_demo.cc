@@ -57,7 +57,10 @@ Result<int> FreePort() {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (below) a.sin_port = htons(static_cast<uint16_t>(kLowest + static_cast<int>(rng() % static_cast<unsigned>(ephemeral_low - kLowest))));
+    if (below) {
+      const unsigned span = static_cast<unsigned>(ephemeral_low - kLowest);
+      a.sin_port = htons(static_cast<uint16_t>(kLowest + static_cast<int>(rng() % span)));
+    }
     socklen_t len = sizeof(a);
     const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
                        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;

@@ -210,8 +210,10 @@ HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, 
     if (n > 16) [[unlikely]] {
       HWY_ALIGN uint8_t bytes[64];
       _mm512_store_si512(bytes, idx);
-      for (int k = 16; k < n; k += 16)
-        _mm512_storeu_si512(out + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k))), at));
+      for (int k = 16; k < n; k += 16) {
+        const __m128i sixteen = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k));
+        _mm512_storeu_si512(out + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), at));
+      }
     }
     out += n;
   }
