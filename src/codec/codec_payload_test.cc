@@ -371,6 +371,58 @@ TEST(PayloadRoundTrip, SegmentsOfManyTensorsShareOnePayloadAndEachAppliesExactly
   }
 }
 
+// Changes kept by the caller until Finish (read where they are) give the bytes of copied ones,
+// in plain and context mode, one and two threads, with kept, copied and AddDiff segments mixed
+// in one payload; the kept change sets are left as they were.
+TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
+  std::mt19937_64 rng(31);
+  std::vector<CodecCase> cases;
+  for (int i = 0; i < 7; ++i)
+    cases.push_back(MakeCase(i % 3 == 0 ? DType::kF32 : DType::kBF16, ValueKind::kXor, 500 + rng() % 20000,
+                             std::array<double, 3>{0.005, 0.05, 0.3}[i % 3], i % 2 == 1, rng));
+  std::vector<ChangeSet> sets(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    DiffElements(SegmentBytes(cases[i].base, cases[i]), SegmentBytes(cases[i].next, cases[i]), DTypeWidth(cases[i].dtype),
+                 cases[i].kind, &sets[i]);
+  const std::vector<ChangeSet> before = sets;
+  // how[i]: 0 AddDiff, 1 copied, 2 kept.
+  auto encode = [&](EncodeOptions::Context context, int threads, const std::vector<int>& how) {
+    EncodeOptions opt;
+    opt.context = context;
+    PayloadBuilder b(opt);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const CodecCase& c = cases[i];
+      const SegmentSpec spec = SpecFor(c, static_cast<uint32_t>(i));
+      if (how[i] == 0)
+        b.AddDiff(spec, SegmentBytes(c.base, c), SegmentBytes(c.next, c));
+      else
+        b.AddChanges(spec, sets[i], SegmentBytes(c.base, c), {},
+                     how[i] == 2 ? PayloadBuilder::Changes::kKeptUntilFinish : PayloadBuilder::Changes::kCopied);
+    }
+    std::vector<uint8_t> out;
+    b.Finish(kIdentity, &out, threads);
+    return out;
+  };
+  for (auto context : {EncodeOptions::Context::kNever, EncodeOptions::Context::kAlways})
+    for (int threads : {1, 2}) {
+      const std::string what = std::string(context == EncodeOptions::Context::kNever ? "plain" : "context") + ", " +
+                               std::to_string(threads) + " thread(s)";
+      const std::vector<uint8_t> copied = encode(context, threads, std::vector<int>(cases.size(), 1));
+      EXPECT_EQ(encode(context, threads, std::vector<int>(cases.size(), 2)), copied) << what << ": all kept";
+      EXPECT_EQ(encode(context, threads, {2, 0, 1, 2, 2, 1, 0}), copied) << what << ": mixed";
+      EXPECT_EQ(encode(context, threads, {0, 2, 2, 1, 0, 2, 1}), copied) << what << ": mixed";
+      DecodedPayload d;
+      ASSERT_TRUE(DecodePayload(copied, &d, [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+                    return SegmentBytes(cases[s.tensor_index].base, cases[s.tensor_index]);
+                  }).ok()) << what;
+      for (size_t i = 0; i < cases.size(); ++i) ExpectSegmentMatches(d.segments[i], cases[i], static_cast<uint32_t>(i), what);
+    }
+  for (size_t i = 0; i < sets.size(); ++i) {
+    EXPECT_EQ(sets[i].positions, before[i].positions) << "segment " << i;
+    EXPECT_EQ(sets[i].values, before[i].values) << "segment " << i;
+  }
+}
+
 TEST(PayloadBuilder, AddDiffWithoutChangesAddsNoSegment) {
   std::vector<uint8_t> same(64, 7);
   PayloadBuilder builder;

@@ -60,7 +60,8 @@ void PayloadBuilder::CountFitAhead(uint64_t planned_elements) {
 }
 
 void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base,
-                                std::span<const uint8_t> coded_locations) {
+                                std::span<const uint8_t> coded_locations, Changes held) {
+  const bool kept = held == Changes::kKeptUntilFinish;
   const uint32_t w = DTypeWidth(spec.dtype);
   DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
   DCR_CHECK(options_.context == EncodeOptions::Context::kNever || base.size() == spec.count * w);
@@ -81,11 +82,14 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   } else {
     DCR_CHECK(coded_locations.empty());
     context_segments_.push_back({spec.dtype, base});
-    position_ends_.push_back(positions_.size() + changes.size());
-    positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());
+    if (!kept) positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());
+    position_ends_.push_back(positions_.size());
+    kept_positions_.push_back(kept ? std::span<const uint32_t>(changes.positions) : std::span<const uint32_t>());
   }
-  val_raw_.insert(val_raw_.end(), changes.values.begin(), changes.values.end());
-  runs_.push_back({w, changes.size(), {}});
+  if (!kept) val_raw_.insert(val_raw_.end(), changes.values.begin(), changes.values.end());
+  runs_.push_back({w, changes.size(), kept ? std::span<const uint8_t>(changes.values) : std::span<const uint8_t>()});
+  values_kept_.push_back(kept);
+  value_bytes_ += changes.values.size();
   ++segments_;
   changed_ += changes.size();
   last_ = spec;
@@ -97,8 +101,9 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
   if (options_.context != EncodeOptions::Context::kNever) {
     std::vector<std::span<const uint32_t>> per_segment;
     size_t from = 0;
-    for (size_t end : position_ends_) {
-      per_segment.push_back(std::span<const uint32_t>(positions_).subspan(from, end - from));
+    for (size_t i = 0; i < position_ends_.size(); ++i) {
+      const size_t end = position_ends_[i];
+      per_segment.push_back(end > from ? std::span<const uint32_t>(positions_).subspan(from, end - from) : kept_positions_[i]);
       from = end;
     }
     // A lower bound of the plain code's size (O(changes)), for the choice below: the helper may
@@ -149,7 +154,9 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   out->resize(at + kPayloadHeaderBytes, 0);
   out->insert(out->end(), table_.begin(), table_.end());
   uint64_t value_at = 0;
-  for (ValueRun& r : runs_) {
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (values_kept_[i]) continue;
+    ValueRun& r = runs_[i];
     r.bytes = std::span<const uint8_t>(val_raw_).subspan(value_at, r.count * r.width);
     value_at += r.count * r.width;
   }
@@ -175,7 +182,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // Room for the whole payload at once (the value section is at most about its raw bytes, as
   // planes, plus its tables): growing by doubling copied it and touched up to twice the pages,
   // and fresh pages are what a payload's output costs most on a machine with slow page faults.
-  out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + val_raw_.size() + kValueSectionSlackBytes +
+  out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + value_bytes_ + kValueSectionSlackBytes +
                kPayloadTrailerBytes);
   loc_at = out->size();
   loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
@@ -202,7 +209,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   h[kOffValCodec] = static_cast<uint8_t>(val_codec);
   StoreLe(h + kOffLocRaw, loc_raw_.size(), 8);
   StoreLe(h + kOffLocStored, val_at - loc_at, 8);
-  StoreLe(h + kOffValRaw, val_raw_.size(), 8);
+  StoreLe(h + kOffValRaw, value_bytes_, 8);
   StoreLe(h + kOffValStored, out->size() - val_at, 8);
   PutLe(*out, XXH3_64bits(out->data() + at, out->size() - at), 8);
 
@@ -210,6 +217,9 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   loc_raw_.clear();
   val_raw_.clear();
   runs_.clear();
+  values_kept_.clear();
+  value_bytes_ = 0;
+  kept_positions_.clear();
   context_segments_.clear();
   positions_.clear();
   position_ends_.clear();

@@ -100,12 +100,16 @@ class PayloadBuilder {
   // Finish. on_chunk: as for DiffElements.
   uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next,
                    const DiffChunkFn& on_chunk = {});
+  // Whether AddChanges copies the change set or refers to it until Finish.
+  enum class Changes { kCopied, kKeptUntilFinish };
   // Adds a segment from an already computed, non-empty change set. `base` (the segment's old
   // bytes) is needed unless context is kNever; it must stay valid until Finish. With context
   // kNever, `coded_locations`, if not empty, must be EncodeLocations(changes.positions,
   // spec.count, options.block_log2) made beforehand (by another thread): it is appended as is.
+  // With kKeptUntilFinish the caller keeps `changes` unchanged until Finish returns, and its
+  // positions and values are read where they are instead of copied (the bytes are the same).
   void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {},
-                  std::span<const uint8_t> coded_locations = {});
+                  std::span<const uint8_t> coded_locations = {}, Changes held = Changes::kCopied);
 
   // Context mode's band fit samples every segment's old bits (band_fit.h). By default Finish
   // counts them all, when the payload's diff has moved most of them out of cache. A caller that
@@ -133,12 +137,17 @@ class PayloadBuilder {
   CodecMode ChooseLocationCode(int threads, ClaimableTask* also);
   EncodeOptions options_;
   ChangeSet changes_;
-  std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: values, segment after segment
+  std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: copied values, segment after segment
+  // Per segment: its values (bytes set in Finish for copied ones, at AddChanges for kept ones).
   std::vector<ValueRun> runs_;
-  // Context mode inputs, kept until Finish: each segment's old bytes and positions.
+  std::vector<bool> values_kept_;  // per segment: runs_[i].bytes are the caller's
+  uint64_t value_bytes_ = 0;       // all segments' values
+  // Context mode inputs, kept until Finish: each segment's old bytes and positions (copied ones
+  // in positions_, up to position_ends_[i]; kept ones in kept_positions_[i], else empty).
   std::vector<ContextSegment> context_segments_;
   std::vector<uint32_t> positions_;
   std::vector<size_t> position_ends_;
+  std::vector<std::span<const uint32_t>> kept_positions_;
   std::vector<uint8_t> context_raw_;
   bool count_ahead_ = false;  // CountFitAhead was called for this payload
   FitCounter fit_counter_{1};  // AddDiff's counts, when counting ahead

@@ -191,7 +191,9 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       const PlannedSegment& seg = segments[i];
       const DiffedSegment& d = diffed[i];
       if (d.changes.size() == 0) continue;
-      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg), d.locations);
+      // `diffed` outlives Finish below: the builder reads the changes where they are.
+      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg), d.locations,
+                         PayloadBuilder::Changes::kKeptUntilFinish);
       add_digest(seg.tensor, d.digest);
     }
   }
