@@ -88,7 +88,6 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   }
   if (!kept) val_raw_.insert(val_raw_.end(), changes.values.begin(), changes.values.end());
   runs_.push_back({w, changes.size(), kept ? std::span<const uint8_t>(changes.values) : std::span<const uint8_t>()});
-  values_kept_.push_back(kept);
   value_bytes_ += changes.values.size();
   ++segments_;
   changed_ += changes.size();
@@ -103,7 +102,8 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     size_t from = 0;
     for (size_t i = 0; i < position_ends_.size(); ++i) {
       const size_t end = position_ends_[i];
-      per_segment.push_back(end > from ? std::span<const uint32_t>(positions_).subspan(from, end - from) : kept_positions_[i]);
+      per_segment.push_back(kept_positions_[i].empty() ? std::span<const uint32_t>(positions_).subspan(from, end - from)
+                                                       : kept_positions_[i]);
       from = end;
     }
     // A lower bound of the plain code's size (O(changes)), for the choice below: the helper may
@@ -154,9 +154,8 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   out->resize(at + kPayloadHeaderBytes, 0);
   out->insert(out->end(), table_.begin(), table_.end());
   uint64_t value_at = 0;
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (values_kept_[i]) continue;
-    ValueRun& r = runs_[i];
+  for (ValueRun& r : runs_) {
+    if (!r.bytes.empty()) continue;  // kept by the caller
     r.bytes = std::span<const uint8_t>(val_raw_).subspan(value_at, r.count * r.width);
     value_at += r.count * r.width;
   }
@@ -217,7 +216,6 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   loc_raw_.clear();
   val_raw_.clear();
   runs_.clear();
-  values_kept_.clear();
   value_bytes_ = 0;
   kept_positions_.clear();
   context_segments_.clear();

@@ -138,12 +138,13 @@ class PayloadBuilder {
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: copied values, segment after segment
-  // Per segment: its values (bytes set in Finish for copied ones, at AddChanges for kept ones).
+  // Per segment: its values, the caller's kept ones from AddChanges on, copied ones (empty
+  // until then: every segment has a change) from Finish on.
   std::vector<ValueRun> runs_;
-  std::vector<bool> values_kept_;  // per segment: runs_[i].bytes are the caller's
-  uint64_t value_bytes_ = 0;       // all segments' values
+  uint64_t value_bytes_ = 0;  // all segments' values
   // Context mode inputs, kept until Finish: each segment's old bytes and positions (copied ones
-  // in positions_, up to position_ends_[i]; kept ones in kept_positions_[i], else empty).
+  // in positions_, up to position_ends_[i]; kept ones in kept_positions_[i], which is empty for
+  // copied ones).
   std::vector<ContextSegment> context_segments_;
   std::vector<uint32_t> positions_;
   std::vector<size_t> position_ends_;
