@@ -48,19 +48,25 @@ ChildProcess::~ChildProcess() {
   }
 }
 
+Result<bool> ChildProcess::TryReap(int* status) {
+  const pid_t r = ::waitpid(pid_, status, WNOHANG);
+  if (r < 0) return ErrnoError("waitpid");
+  if (r != pid_) return false;
+  pid_ = -1;
+  return true;
+}
+
 Result<int> ChildProcess::Wait(int timeout_ms) {
   if (pid_ <= 0) return Internal("waiting for a process that was already reaped");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
+    const pid_t pid = pid_;
     int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      const pid_t pid = pid_;
-      pid_ = -1;
+    DCR_ASSIGN_OR_RETURN(bool reaped, TryReap(&status));
+    if (reaped) {
       if (WIFEXITED(status)) return WEXITSTATUS(status);
       return IoError("process " + std::to_string(pid) + " died from signal " + std::to_string(WTERMSIG(status)));
     }
-    if (r < 0) return ErrnoError("waitpid");
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -74,8 +80,8 @@ Result<int> ChildProcess::Wait(int timeout_ms) {
 bool ChildProcess::Exited(int* code) {
   if (pid_ <= 0) return true;
   int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
-  pid_ = -1;
+  const Result<bool> reaped = TryReap(&status);
+  if (!reaped.ok() || !*reaped) return false;
   *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return true;
 }

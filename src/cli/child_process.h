@@ -33,6 +33,9 @@ class ChildProcess {
 
  private:
   explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  // Reaps the process if it has exited (waitpid status to *status; pid_ is then -1): true, or
+  // false if it still runs. kIoError from waitpid itself.
+  Result<bool> TryReap(int* status);
   pid_t pid_ = -1;
 };
 

@@ -49,9 +49,9 @@ Result<int> FreePort() {
     if (range >> lo >> hi && lo > 0) ephemeral_low = lo;
   }
   constexpr int kLowest = 10000;  // above the well-known and most registered services' ports
+  const bool below = ephemeral_low - kLowest >= 1000;
   std::mt19937 rng(std::random_device{}());
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const bool below = ephemeral_low - kLowest >= 1000;
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return ErrnoError("socket");
     sockaddr_in a{};

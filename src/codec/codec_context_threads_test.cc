@@ -1,8 +1,8 @@
 // Codec tests, part 5b: context mode with a second thread. DecodePayload decodes the value
 // section beside the locations and the banded code's parts on both threads; the encoder splits
 // the band fit's counts (the producer's, made as two threads diff), the parts, and the value
-// section's counts and symbols. Whichever thread
-// does which part, the changes, errors and bytes are those of one thread.
+// section's counts and symbols. Whichever thread does which part, the changes, errors and bytes
+// are those of one thread.
 #include "codec/band_context.h"
 #include "codec/context_test_support.h"
 #include "codec/value_coding.h"
