@@ -1,8 +1,9 @@
 // Codec tests: the value section in streams (codec 3, docs/format.md §2.3). The encoder writes
-// two streams from the threshold on, the same bytes on one thread and on two (either thread
-// taking the second stream); sections written from the format description with 2..8 streams
-// decode, share by share in any order or on two threads at once; broken stream headers, lengths,
-// escapes and cuts are kCorrupt with the same error however the shares were run.
+// four streams from the threshold on, the same bytes on one thread and on two (either thread
+// taking the second share); sections written from the format description with 2..8 streams
+// decode, share by share in any order or on two threads at once, two streams at a time (codes
+// longer than the lookup window and escapes included); broken stream headers, lengths, escapes
+// and cuts are kCorrupt with the same error however the shares were run.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -14,6 +15,7 @@
 #include "codec/payload_codec.h"
 #include "codec/payload_craft_test_support.h"
 #include "codec/value_coding.h"
+#include "codec/value_symbols.h"
 
 namespace dcr {
 namespace {
@@ -82,17 +84,27 @@ HuffmanSection SectionOf(const Values& v) {
   return h;
 }
 
-TEST(ValueStreams, EncoderWritesTwoStreamsFromTheThresholdTheSameOnAnyThreadCount) {
+// The stream count byte of a codec-3 section (after the code table).
+int StreamCount(std::span<const uint8_t> section) {
+  ByteReader r(section);
+  HuffmanDecoder code;
+  uint8_t s = 0;
+  if (!code.ReadTable(r, kHuffmanMaxSymbols).ok() || !r.ReadByte(&s)) return -1;
+  return s;
+}
+
+TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCount) {
   for (uint64_t n : {uint64_t{999}, uint64_t{1000}, uint64_t{40001}}) {
     // The cut between the streams falls inside a run of every width.
     const Values v = MakeValues({{2, n / 2}, {1, n / 8}, {4, n / 8}, {8, n - n / 2 - n / 4}}, static_cast<uint32_t>(n));
     std::vector<uint8_t> one;
     const ValueCodec codec = EncodeValues(v.runs, 3, &one, 1, 1000);
     EXPECT_EQ(codec, n >= 1000 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << n;
+    if (n >= 1000) EXPECT_EQ(StreamCount(one), 4) << n;
     std::vector<std::vector<uint8_t>> back;
     ASSERT_TRUE(DecodeInto(codec, one, v, &back).ok()) << n;
     for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << n << " run " << k;
-    // Two threads (from kConcurrentValuesMin values), with either thread writing stream 1.
+    // Two threads (from kConcurrentValuesMin values), with either thread writing the second share.
     for (SecondPartWalker who : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn}) {
       SetSecondPartWalkerForTests(who);
       std::vector<uint8_t> two;
@@ -101,12 +113,65 @@ TEST(ValueStreams, EncoderWritesTwoStreamsFromTheThresholdTheSameOnAnyThreadCoun
     }
     SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   }
-  // The default threshold: codec 2 below it, and about 5 bytes more at it.
+  // The default threshold: codec 2 below it, and about 10 bytes more at it.
   const Values below = MakeValues({{2, kValueStreamsMin - 1}}, 3), at = MakeValues({{2, kValueStreamsMin}}, 3);
   std::vector<uint8_t> a, b;
   EXPECT_EQ(EncodeValues(below.runs, 3, &a), ValueCodec::kHuffman);
   EXPECT_EQ(EncodeValues(at.runs, 3, &b), ValueCodec::kHuffmanStreams);
-  EXPECT_LT(b.size(), a.size() + 8);
+  EXPECT_LT(b.size(), a.size() + 16);
+  // Fewer values than streams: one stream per value.
+  const Values three = MakeValues({{2, 3}}, 4);
+  std::vector<uint8_t> c;
+  ASSERT_EQ(EncodeValues(three.runs, 3, &c, 1, 2), ValueCodec::kHuffmanStreams);
+  EXPECT_EQ(StreamCount(c), 3);
+  std::vector<std::vector<uint8_t>> back;
+  ASSERT_TRUE(DecodeInto(ValueCodec::kHuffmanStreams, c, three, &back).ok());
+  EXPECT_EQ(back[0], three.bytes[0]);
+}
+
+// Two streams decode at a time (their lookups interleaved) where their runs' widths agree: codes
+// longer than the 10-bit lookup window, escapes and width changes at different points in the
+// two streams all give the values back, on one thread and on two.
+TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
+  std::mt19937_64 rng(11);
+  // Symbols of falling frequency, 1 in 20 a rare one (code lengths up to 15), 1 in 40 escaped;
+  // runs of every width, cut by the streams at different values.
+  auto skewed = [&](uint32_t width, uint64_t n) {
+    std::vector<uint8_t> b(n * width);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t x = (uint64_t{1} << (rng() % 12)) + rng() % 3;
+      x = x >> (rng() % 12);
+      if (rng() % 20 == 0) x = 16 + rng() % 4079;  // rare symbols: long codes
+      if (rng() % 40 == 0) x = 4095 + rng() % 100000;
+      if (width == 1) x &= 0xff;
+      std::memcpy(b.data() + i * width, &x, width);
+    }
+    return b;
+  };
+  Values v;
+  const std::vector<std::pair<uint32_t, uint64_t>> shape = {{2, 9001}, {4, 3000}, {2, 17}, {8, 2500}, {1, 1200}, {2, 6000}};
+  for (auto [w, n] : shape) v.bytes.push_back(skewed(w, n)), v.total += n;
+  for (size_t k = 0; k < shape.size(); ++k) v.runs.push_back({shape[k].first, shape[k].second, v.bytes[k]});
+  std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);
+  for (const ValueRun& r : v.runs)
+    for (uint64_t i = 0; i < r.count; ++i) ++freq[std::min<uint64_t>(value_symbols::LoadValue(r.bytes.data() + i * r.width, r.width), 4095)];
+  const HuffmanEncoder code(freq);
+  uint64_t long_codes = 0;
+  for (uint32_t sym = 0; sym < kHuffmanMaxSymbols; ++sym) {
+    std::vector<uint64_t> one(kHuffmanMaxSymbols, 0);
+    one[sym] = 1;
+    if (freq[sym] > 0 && code.CostBits(one) > 10) long_codes += freq[sym];
+  }
+  ASSERT_GT(long_codes, 100u) << "values with codes longer than the lookup window";
+  std::vector<uint8_t> stored;
+  ASSERT_EQ(EncodeValues(v.runs, 3, &stored, 1, 1000), ValueCodec::kHuffmanStreams);
+  ASSERT_EQ(StreamCount(stored), 4);
+  for (int how : {0, 1, 2}) {
+    std::vector<std::vector<uint8_t>> back;
+    const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, stored, v, how, &back);
+    ASSERT_TRUE(s.ok()) << "order " << how << ": " << s.ToString();
+    for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << "order " << how << ", run " << k;
+  }
 }
 
 TEST(ValueStreams, SectionsWrittenFromTheFormatDecodeShareByShareInAnyOrder) {
@@ -176,6 +241,20 @@ TEST(ValueStreams, BrokenStreamsAreCorruptWithTheSameErrorInEveryOrder) {
     return b;
   }());
   check("empty section", {});
+  // In four streams (each share a pair): either stream of a pair broken.
+  check("stream 1 of 4 missing its last byte", h.StreamsBytes(4, [](S& s) { s.bits[1].pop_back(); }));
+  check("stream 2 of 4 one byte longer", h.StreamsBytes(4, [](S& s) { ++s.lengths[2]; }));
+  check("an escape counted in stream 0 of 4 instead of 1", h.StreamsBytes(4, [](S& s) {
+    s.escape_bytes[0] += 2, s.escape_bytes[1] -= 2;
+  }));
+  for (size_t broken : {0, 1, 3}) {
+    std::vector<std::vector<uint8_t>> back;
+    const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, h.StreamsBytes(4, [&](S& s) {
+      s.bits[broken].push_back(0);
+      if (broken < 3) ++s.lengths[broken];
+    }), v, 2, &back);
+    EXPECT_NE(s.message().find("value stream " + std::to_string(broken)), std::string::npos) << s.ToString();
+  }
   // A broken stream 1 is reported as stream 1, after a good stream 0.
   std::vector<std::vector<uint8_t>> back;
   const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, h.StreamsBytes(2, [](S& s) { s.bits[1].push_back(0); }), v, 2, &back);

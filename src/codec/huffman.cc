@@ -157,6 +157,9 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
     const uint32_t step = 1u << len[i];
     for (uint32_t at = codes[i]; at < fast_.size(); at += step) fast_[at] = sym[i] << 4 | len[i];
   }
+  long_codes_.clear();
+  for (size_t i = 0; i < m; ++i)
+    if (len[i] > kFastBits) long_codes_.push_back({codes[i], sym[i], len[i]});
   // Longer codes: canonical order is by length, then symbol.
   std::copy(std::begin(ranges.count), std::end(ranges.count), count_);
   std::copy(std::begin(ranges.first), std::end(ranges.first), first_);
@@ -191,15 +194,31 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   std::sort(codes.begin(), codes.end(), [](const Code& a, const Code& b) { return a.length < b.length; });
   multi_.resize(fast_.size());  // every entry is written: the empty sequence's fill covers all
   auto fill = [&](auto&& self, uint32_t prefix, int used, int count, uint64_t symbols) -> void {
-    const uint64_t e = symbols | static_cast<uint64_t>(used) << 36 | static_cast<uint64_t>(count) << 40;
+    const uint64_t e = symbols | static_cast<uint64_t>(used) << 48 | static_cast<uint64_t>(count) << 52;
     for (size_t w = prefix; w < multi_.size(); w += size_t{1} << used) multi_[w] = e;
     if (count == kMultiSymbols) return;
     for (const Code& c : codes) {
       if (used + c.length > kFastBits) break;  // and every code after it
-      self(self, prefix | c.bits << used, used + c.length, count + 1, symbols | uint64_t{c.symbol} << (12 * count));
+      self(self, prefix | c.bits << used, used + c.length, count + 1, symbols | uint64_t{c.symbol} << (16 * count));
     }
   };
   fill(fill, 0, 0, 0, 0);
+  // Codes longer than kFastBits, below `stop`: per kFastBits-bit prefix (whose multi entry is
+  // empty: no shorter code starts it) a block of 2^(kHuffmanMaxBits - kFastBits) entries indexed
+  // by the window's next bits. Empty entries (invalid codes, `stop` and above) stay 0.
+  constexpr uint32_t kBlock = 1u << (kHuffmanMaxBits - kFastBits);
+  long_.clear();
+  for (const LongCode& c : long_codes_) {
+    uint64_t& e = multi_[c.bits & ((1u << kFastBits) - 1)];
+    if ((e >> kLongBit & 1) == 0) {
+      e = uint64_t{1} << kLongBit | long_.size();
+      long_.resize(long_.size() + kBlock, 0);
+    }
+    if (c.symbol >= stop) continue;
+    const size_t block = static_cast<size_t>(e & 0xffffffff);
+    for (uint32_t j = c.bits >> kFastBits; j < kBlock; j += 1u << (c.length - kFastBits))
+      long_[block + j] = c.symbol | static_cast<uint32_t>(c.length) << 16;
+  }
 }
 
 uint32_t HuffmanDecoder::GetLong(BitReader& r) const {

@@ -73,9 +73,22 @@ class HuffmanDecoder {
   void BuildMultiTable(uint32_t stop);
   const uint64_t* multi_table() const { return multi_.data(); }
   static uint64_t PeekMulti(const uint64_t* table, uint64_t window) { return table[window & ((1u << kFastBits) - 1)]; }
-  static uint32_t MultiSymbol(uint64_t e, int i) { return static_cast<uint32_t>(e >> (12 * i)) & 0xfff; }
-  static int MultiBits(uint64_t e) { return static_cast<int>(e >> 36) & 15; }
-  static int MultiCount(uint64_t e) { return static_cast<int>(e >> 40) & 3; }
+  // The symbols are 16-bit lanes 0..2 of an entry (so that a loop writing 2-byte values stores
+  // all three with one 8-byte store; lane 3, the bit count and symbol count, lands in a slot that
+  // the next store overwrites).
+  static uint32_t MultiSymbol(uint64_t e, int i) { return static_cast<uint32_t>(e >> (16 * i)) & 0xffff; }
+  static int MultiBits(uint64_t e) { return static_cast<int>(e >> 48) & 15; }
+  static int MultiCount(uint64_t e) { return static_cast<int>(e >> 52) & 3; }
+  // For an entry with no symbols (MultiCount 0) and the same window (at least kHuffmanMaxBits
+  // bits in it): the code there if it is longer than the table's window and below `stop`, as
+  // symbol | length << 16; 0 otherwise (an escape or an invalid code: decode it with Get).
+  const uint32_t* long_table() const { return long_.data(); }
+  static uint32_t PeekLong(const uint32_t* table, uint64_t e, uint64_t window) {
+    if ((e >> kLongBit & 1) == 0) return 0;
+    return table[(e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1))];
+  }
+  static uint32_t LongSymbol(uint32_t t) { return t & 0xffff; }
+  static int LongBits(uint32_t t) { return static_cast<int>(t >> 16); }
 
  private:
   // Codes of up to kFastBits bits decode with one lookup in a table that stays in L1; longer ones
@@ -83,7 +96,16 @@ class HuffmanDecoder {
   static constexpr int kFastBits = 10;
   uint32_t GetLong(BitReader& r) const;
   std::vector<uint32_t> fast_;  // 2^kFastBits entries: symbol << 4 | length (0: a longer code or invalid)
-  std::vector<uint64_t> multi_;  // 2^kFastBits entries: symbols at bits 0, 12, 24; bits at 36; count at 40
+  // 2^kFastBits entries: symbols at bits 0, 16, 32; bits at 48; count at 52; or, for the prefix
+  // of a longer code, bit kLongBit and its block of long_ at bits 0..31.
+  std::vector<uint64_t> multi_;
+  static constexpr int kLongBit = 54;
+  struct LongCode {
+    uint32_t bits, symbol;  // bits: the code as read, first bit lowest
+    int length;
+  };
+  std::vector<LongCode> long_codes_;  // the codes longer than kFastBits bits
+  std::vector<uint32_t> long_;        // blocks of PeekLong's entries
   // Per length l: the first canonical code (MSB-first), the number of codes, and where their
   // symbols start in `sorted_` (symbols ordered by length, then value).
   uint32_t first_[kHuffmanMaxBits + 1] = {}, count_[kHuffmanMaxBits + 1] = {}, offset_[kHuffmanMaxBits + 1] = {};

@@ -273,6 +273,46 @@ TEST(Huffman, MultiSymbolTableHoldsTheCodesOfEachWindow) {
   }
 }
 
+// PeekLong, for every 15-bit window whose multi entry is empty: the code Get reads there when it
+// is longer than the table's 10 bits, valid and below `stop`; else 0.
+TEST(Huffman, LongCodeTableHoldsTheLongerCodeOfEachWindow) {
+  std::mt19937_64 rng(22);
+  std::vector<std::vector<uint8_t>> tables;
+  for (int t = 0; t < 20; ++t) {  // skewed frequencies over many symbols: lengths up to 15
+    std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);
+    for (int i = 0; i < 50 + t * 40; ++i) freq[rng() % kHuffmanMaxSymbols] = 1 + (rng() % (1u << (rng() % 20)));
+    tables.emplace_back();
+    HuffmanEncoder(freq).WriteTable(&tables.back());
+  }
+  tables.push_back(Table(3, {{0, 1}, {1, 4}, {0, 12}}));  // incomplete: most 12-bit windows invalid
+  tables.push_back(Table(2, {{7, 2}, {2000, 15}}));
+  int long_windows = 0;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const std::vector<uint8_t> len = TableLengths(tables[t], kHuffmanMaxSymbols);
+    for (uint32_t stop : {kHuffmanMaxSymbols, 2000u, 40u}) {
+      ByteReader r(tables[t]);
+      HuffmanDecoder dec;
+      ASSERT_TRUE(dec.ReadTable(r, kHuffmanMaxSymbols).ok()) << "table " << t;
+      dec.BuildMultiTable(stop);
+      for (uint32_t w = 0; w < (1u << 15); ++w) {
+        const uint64_t e = HuffmanDecoder::PeekMulti(dec.multi_table(), w);
+        if (HuffmanDecoder::MultiCount(e) != 0) continue;
+        const std::vector<uint8_t> bytes = {static_cast<uint8_t>(w), static_cast<uint8_t>(w >> 8), 0, 0, 0, 0, 0, 0};
+        BitReader br(bytes);
+        const uint32_t sym = dec.Get(br);
+        const bool want = !br.overrun() && len[sym] > 10 && sym < stop;
+        const uint32_t got = HuffmanDecoder::PeekLong(dec.long_table(), e, w);
+        ASSERT_EQ(got != 0, want) << "table " << t << " stop " << stop << " window " << w;
+        if (!want) continue;
+        ++long_windows;
+        EXPECT_EQ(HuffmanDecoder::LongSymbol(got), sym) << "table " << t << " window " << w;
+        EXPECT_EQ(HuffmanDecoder::LongBits(got), len[sym]) << "table " << t << " window " << w;
+      }
+    }
+  }
+  EXPECT_GT(long_windows, 1000);  // the tables do have longer codes
+}
+
 TEST(Huffman, EncodingIsDeterministic) {
   std::mt19937_64 rng(3);
   std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);

@@ -65,23 +65,23 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
 
 namespace value_symbols {
 
-// The symbol counts of some runs (CountSymbols' histograms) and the escaped values' bytes in
-// order. Reused per thread, as are its buffers.
+// The symbol counts of some runs (CountSymbols' histograms), and their bytes. Reused per thread.
 struct SymbolCounts {
   std::vector<uint64_t> small4 = std::vector<uint64_t>(4 * kSmallSymbols);
   std::vector<uint64_t> large = std::vector<uint64_t>(kAlphabet);  // entries below kSmallSymbols stay 0
-  std::vector<uint8_t> escaped;
   uint64_t raw_bytes = 0;
 
-  void Count(std::span<const ValueRun> runs) {
+  void Clear() {
     std::fill(small4.begin(), small4.end(), 0);
     std::fill(large.begin(), large.end(), 0);
-    escaped.clear();
     raw_bytes = 0;
+  }
+  // Counts `runs`, appending the bytes of their escaped values to `escaped` in order.
+  void Add(std::span<const ValueRun> runs, std::vector<uint8_t>* escaped) {
     for (const ValueRun& r : runs) {
       DCR_CHECK(r.bytes.size() == r.count * r.width);
       raw_bytes += r.bytes.size();
-      CountSymbols(r.bytes.data(), r.count, r.width, small4.data(), large.data(), &escaped);
+      CountSymbols(r.bytes.data(), r.count, r.width, small4.data(), large.data(), escaped);
     }
   }
   void AddTo(std::vector<uint64_t>* freq) const {
@@ -112,15 +112,18 @@ void StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::v
   w.Flush();
 }
 
-// `runs` cut at value `at`: the values before it as `first`, the rest as `second`.
-void CutRuns(std::span<const ValueRun> runs, uint64_t at, std::vector<ValueRun>* first, std::vector<ValueRun>* second) {
-  first->clear();
-  second->clear();
+// `runs` cut into `parts` runs of values [StreamStart(total, parts, i), ... (i + 1)), in parts[i].
+void CutRuns(std::span<const ValueRun> runs, uint64_t total, size_t parts, std::vector<ValueRun>* out) {
+  size_t i = 0;
+  uint64_t at = 0;  // payload-order index of the next value to place
+  for (size_t p = 0; p < parts; ++p) out[p].clear();
   for (const ValueRun& r : runs) {
-    const uint64_t take = std::min(at, r.count);
-    if (take > 0) first->push_back({r.width, take, r.bytes.first(take * r.width)});
-    if (take < r.count) second->push_back({r.width, r.count - take, r.bytes.subspan(take * r.width)});
-    at -= take;
+    for (uint64_t done = 0; done < r.count;) {
+      while (at >= value_symbols::StreamStart(total, parts, i + 1)) ++i;
+      const uint64_t take = std::min(r.count - done, value_symbols::StreamStart(total, parts, i + 1) - at);
+      out[i].push_back({r.width, take, r.bytes.subspan(done * r.width, take * r.width)});
+      done += take, at += take;
+    }
   }
 }
 
@@ -131,26 +134,22 @@ ValueSectionEncoder::ValueSectionEncoder(std::span<const ValueRun> runs, int zst
     : runs_(runs), zstd_level_(zstd_level) {
   DCR_CHECK(streams_min >= 2);
   // This (calling) thread's buffers, also where a helper writes: they are reused from payload
-  // to payload (the counts' histograms are 128 KiB, which fresh ones would fault in each time).
+  // to payload (the counts' histograms are 40 KiB, which fresh ones would fault in each time).
   thread_local value_symbols::SymbolCounts counts[2];
-  thread_local std::vector<ValueRun> halves[2];
-  thread_local std::vector<uint8_t> stream_buffers[2], packed;
-  counts_ = counts, halves_ = halves, buffers_ = stream_buffers, packed_ = &packed;
+  thread_local std::vector<ValueRun> stream_runs[kValueStreamsWritten];
+  thread_local std::vector<uint8_t> escaped[kValueStreamsWritten], stream_buffers[kValueStreamsWritten], packed;
+  counts_ = counts, stream_runs_ = stream_runs, escaped_ = escaped, buffers_ = stream_buffers, packed_ = &packed;
   uint64_t total = 0;
   for (const ValueRun& r : runs) total += r.count;
   DCR_CHECK(total > 0);
-  streams_ = total >= streams_min ? 2 : 1;
-  if (streams_ == 2) {
-    CutRuns(runs, value_symbols::StreamStart(total, 2, 1), &halves_[0], &halves_[1]);
-  } else {
-    halves_[0].assign(runs.begin(), runs.end());
-    halves_[1].clear();
-  }
+  // Every stream holds a value (the decoder requires it).
+  streams_ = total >= streams_min ? static_cast<size_t>(std::min<uint64_t>(kValueStreamsWritten, total)) : 1;
+  CutRuns(runs, total, streams_, stream_runs_);
   if (obey_walker_for_tests) walker_ = GetSecondPartWalkerForTests();
 }
 
-bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t stream, int first) {
-  if (walker_ == SecondPartWalker::kHelperPath && static_cast<int>(stream) != first) return false;
+bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t share, int first) {
+  if (walker_ == SecondPartWalker::kHelperPath && static_cast<int>(share) != first) return false;
   if (walker_ == SecondPartWalker::kCallerWalksOn && first != 0) return false;
   return stage.Claim();
 }
@@ -158,13 +157,20 @@ bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t stream, int first) {
 void ValueSectionEncoder::Work(int first) {
   DCR_CHECK(first == 0 || first == 1);
   const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
-  for (size_t i : order)
-    if (i < streams_ && Takes(count_claim_[i], i, first)) {
-      counts_[i].Count(halves_[i]);
-      counted_[i].store(true, std::memory_order_release);
+  const size_t shares = streams_ == 1 ? 1 : 2;
+  const size_t half = (streams_ + 1) / 2;  // share 0's streams: [0, half); share 1's: the rest
+  auto streams_of = [&](size_t share) { return std::pair{share == 0 ? 0 : half, share == 0 ? half : streams_}; };
+  for (size_t h : order)
+    if (h < shares && Takes(count_claim_[h], h, first)) {
+      counts_[h].Clear();
+      for (auto [i, end] = streams_of(h); i < end; ++i) {
+        escaped_[i].clear();
+        counts_[h].Add(stream_runs_[i], &escaped_[i]);
+      }
+      counted_[h].store(true, std::memory_order_release);
     }
   YieldUntil([&] {
-    return counted_[0].load(std::memory_order_acquire) && (streams_ == 1 || counted_[1].load(std::memory_order_acquire));
+    return counted_[0].load(std::memory_order_acquire) && (shares == 1 || counted_[1].load(std::memory_order_acquire));
   });
   if (Takes(choose_claim_, 0, first)) {
     Choose();
@@ -172,21 +178,20 @@ void ValueSectionEncoder::Work(int first) {
   }
   YieldUntil([&] { return chosen_.load(std::memory_order_acquire); });
   if (!code_.has_value()) return;
-  for (size_t i : order)
-    if (i < streams_ && Takes(put_claim_[i], i, first)) {
-      StreamOf(halves_[i], *code_, &buffers_[i]);
-      put_[i].store(true, std::memory_order_release);
-    }
+  for (size_t h : order)
+    for (auto [i, end] = streams_of(h); h < shares && i < end; ++i)
+      if (Takes(put_claim_[i], h, first)) {
+        StreamOf(stream_runs_[i], *code_, &buffers_[i]);
+        put_[i].store(true, std::memory_order_release);
+      }
 }
 
 // The form: symbol Huffman (codec 2 or 3) unless escapes are many and byte planes are smaller.
 void ValueSectionEncoder::Choose() {
   std::vector<uint64_t> freq(kAlphabet, 0);
   uint64_t raw_bytes = 0, escape_bytes = 0;
-  for (size_t i = 0; i < streams_; ++i) {
-    counts_[i].AddTo(&freq);
-    raw_bytes += counts_[i].raw_bytes, escape_bytes += counts_[i].escaped.size();
-  }
+  for (size_t h = 0; h < (streams_ == 1 ? 1 : 2); ++h) counts_[h].AddTo(&freq), raw_bytes += counts_[h].raw_bytes;
+  for (size_t i = 0; i < streams_; ++i) escape_bytes += escaped_[i].size();
   code_.emplace(freq);
   const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
@@ -210,16 +215,16 @@ ValueCodec ValueSectionEncoder::Write(std::vector<uint8_t>* out) {
   }
   for (size_t i = 0; i < streams_; ++i) YieldUntil([&] { return put_[i].load(std::memory_order_acquire); });
   code_->WriteTable(out);
-  if (streams_ == 2) {
-    out->push_back(2);
-    for (size_t i = 0; i < 2; ++i) PutVarint(*out, counts_[i].escaped.size());
-    PutVarint(*out, buffers_[0].size());
+  if (streams_ > 1) {
+    out->push_back(static_cast<uint8_t>(streams_));
+    for (size_t i = 0; i < streams_; ++i) PutVarint(*out, escaped_[i].size());
+    for (size_t i = 0; i + 1 < streams_; ++i) PutVarint(*out, buffers_[i].size());
   } else {
-    PutVarint(*out, counts_[0].escaped.size());
+    PutVarint(*out, escaped_[0].size());
   }
-  for (size_t i = 0; i < streams_; ++i) out->insert(out->end(), counts_[i].escaped.begin(), counts_[i].escaped.end());
+  for (size_t i = 0; i < streams_; ++i) out->insert(out->end(), escaped_[i].begin(), escaped_[i].end());
   for (size_t i = 0; i < streams_; ++i) out->insert(out->end(), buffers_[i].begin(), buffers_[i].end());
-  return streams_ == 2 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman;
+  return streams_ > 1 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman;
 }
 
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads,

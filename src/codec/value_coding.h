@@ -31,15 +31,17 @@ struct ValueRun {
 };
 
 // From `streams_min` values (default kValueStreamsMin) the symbol Huffman form is stored as
-// codec 3: one code, the values cut into two streams (halves in payload order), each with its own
-// escape area and bit stream, so that two threads decode (and code) it at once; about 5 bytes
-// more than codec 2. The format allows 2..kMaxValueStreams streams.
+// codec 3: one code, the values cut into kValueStreamsWritten streams (in payload order), each
+// with its own escape area and bit stream, so that two threads decode (and code) it at once,
+// each two streams at a time (independent chains of table lookups, interleaved); about 10 bytes
+// more than codec 2. The format allows 2..kMaxValueStreams streams (format 5 wrote two).
 inline constexpr uint64_t kValueStreamsMin = 16384;
+inline constexpr size_t kValueStreamsWritten = 4;
 inline constexpr uint32_t kMaxValueStreams = 8;
 
 // Appends the stored form of `runs` to `out` and returns its codec. Deterministic: the same
 // bytes with any thread count. With threads >= 2 and at least kConcurrentValuesMin values (and
-// streams_min), a helper thread may count and write one of the two streams.
+// streams_min), a helper thread may count and write one share of the streams.
 inline constexpr uint64_t kConcurrentValuesMin = kValueStreamsMin;
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads = 1,
                         uint64_t streams_min = kValueStreamsMin);
@@ -48,14 +50,15 @@ namespace value_symbols {
 struct SymbolCounts;  // value_coding.cc
 }
 
-// Codes a value section in stages that two threads may share: each stream's symbol counts (one
-// stream, or from streams_min values two), the choice of form and code, each stream's bits.
-// Work(first) runs every stage no thread has claimed yet, stream `first`'s before the other's,
+// Codes a value section in stages that two threads may share: each share's symbol counts (one
+// stream, or from streams_min values kValueStreamsWritten in two shares: the first half of the
+// streams and the second), the choice of form and code, each stream's bits. Work(first) runs
+// every stage no thread has claimed yet, share `first`'s before the other's,
 // and waits only for stages another thread is running; Write, once Work has returned on some
 // thread, appends the section (waiting for stages another thread is still running). The bytes
 // are the same however the stages were shared. Constructed on the thread that calls Write: the
 // buffers are that thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
-// settings force who takes what (kHelperPath: each Work only its own stream's stages and Work(0)
+// settings force who takes what (kHelperPath: each Work only its own share's stages and Work(0)
 // the choice; kCallerWalksOn: Work(0) everything).
 class ValueSectionEncoder {
  public:
@@ -65,18 +68,19 @@ class ValueSectionEncoder {
   ValueCodec Write(std::vector<uint8_t>* out);
 
  private:
-  bool Takes(ClaimOnce& stage, size_t stream, int first);
+  bool Takes(ClaimOnce& stage, size_t share, int first);
   void Choose();
 
   std::span<const ValueRun> runs_;
   int zstd_level_;
   size_t streams_ = 1;
-  value_symbols::SymbolCounts* counts_ = nullptr;  // [2]
-  std::vector<ValueRun>* halves_ = nullptr;        // [2]: each stream's values
-  std::vector<uint8_t>* buffers_ = nullptr;        // [2]: each stream's bits
+  value_symbols::SymbolCounts* counts_ = nullptr;  // [2]: per share
+  std::vector<ValueRun>* stream_runs_ = nullptr;   // [kValueStreamsWritten]: each stream's values
+  std::vector<uint8_t>* escaped_ = nullptr;        // [kValueStreamsWritten]: each stream's escaped values' bytes
+  std::vector<uint8_t>* buffers_ = nullptr;        // [kValueStreamsWritten]: each stream's bits
   std::vector<uint8_t>* packed_ = nullptr;         // byte planes, when chosen
-  ClaimOnce count_claim_[2], choose_claim_, put_claim_[2];
-  std::atomic<bool> counted_[2] = {false, false}, chosen_{false}, put_[2] = {false, false};
+  ClaimOnce count_claim_[2], choose_claim_, put_claim_[kValueStreamsWritten];
+  std::atomic<bool> counted_[2] = {false, false}, chosen_{false}, put_[kValueStreamsWritten] = {};
   std::optional<HuffmanEncoder> code_;  // empty: byte planes
   ValueCodec planes_codec_ = ValueCodec::kPlanesRaw;
   SecondPartWalker walker_ = SecondPartWalker::kClaimed;
@@ -84,7 +88,8 @@ class ValueSectionEncoder {
 
 // Decodes a value section in two shares, which two threads may take at once or one thread one
 // after the other: whichever share starts first also reads the code (the other waits for it);
-// share 0 decodes streams 0, 2, ..., share 1 streams 1, 3, ... (codecs 0-2 are one stream).
+// share 0 decodes the first half of the streams (rounded up), share 1 the others, two streams
+// at a time (codecs 0-2 are one stream).
 // Values go to outs[i] (resized to runs[i].count × width). Never reads outside `stored`;
 // memory use is bounded by Σ count × width.
 class ValueSectionDecoder {
@@ -98,7 +103,8 @@ class ValueSectionDecoder {
 
  private:
   Status Prepare();
-  Status DecodeStream(size_t i);
+  // Streams i and j (j == i: one stream) into status_[i], status_[j].
+  void DecodeStreams(size_t i, size_t j);
 
   ValueCodec codec_;
   std::span<const uint8_t> stored_;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "codec/bit_stream.h"
+#include "codec/huffman.h"
 #include "codec/section_coding.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
@@ -68,6 +70,19 @@ constexpr const char* kGoldenDeltas[] = {"xor.dcr", "overwrite.dcr", "context.dc
 // From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3); from
 // format 5 with its values in two Huffman streams (value codec 3).
 constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
+// Format 5's encoder later wrote four value streams instead of two (the format allows 2..8, so
+// the version stayed): v5 keeps the two-stream file as first written and this one, the current
+// encoder's bytes.
+constexpr const char* kGoldenFourStreamsDelta = "context_parts_4streams.dcr";
+// The parts delta the current encoder writes into its version's directory.
+const char* CurrentPartsDelta() { return kDeltaFormatVersion == 5 ? kGoldenFourStreamsDelta : kGoldenPartsDelta; }
+// The parts deltas of `version`, with the value streams they hold.
+std::vector<std::pair<std::string, int>> PartsDeltas(uint32_t version) {
+  if (version < 4) return {};
+  if (version == 4) return {{kGoldenPartsDelta, 1}};
+  if (version == 5) return {{kGoldenPartsDelta, 2}, {kGoldenFourStreamsDelta, 4}};
+  return {{kGoldenPartsDelta, 4}};
+}
 
 // Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
 // (one tensor split across two), plain XOR, plain overwrite and context mode.
@@ -89,9 +104,9 @@ void WriteGoldenDeltas(const fs::path& from, const fs::path& to) {
   DiffOptions o;
   o.encode.context = Context::kAlways;
   o.encode.band_part_elements = 4096;
-  o.encode.value_streams_min = 256;  // from format 5: the values in two Huffman streams
+  o.encode.value_streams_min = 256;  // from format 5: the values in Huffman streams
   o.chunk_bytes = 1 << 20;
-  ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenPartsDelta).string(), o).ok());
+  ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / CurrentPartsDelta()).string(), o).ok());
 }
 
 // Writes the current version's files (only when a new version is added).
@@ -149,34 +164,44 @@ TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
 }
 
 // context_parts.dcr (from format 4) is one payload in mode 3 with 4 parts (from format 5 its
-// values in two Huffman streams, value codec 3), and takes its base to its target exactly.
+// values in Huffman streams, value codec 3: two, then four), and takes its base to its target
+// exactly.
 TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
-  for (uint32_t version = 4; version <= kDeltaFormatVersion; ++version) {
-    const fs::path dir = GoldenDir(version);
-    auto delta = DeltaReader::Open((dir / kGoldenPartsDelta).string());
-    ASSERT_TRUE(delta.ok()) << delta.status().ToString();
-    ASSERT_EQ(delta->header().payloads.size(), 1u);
-    PayloadLayout layout;
-    ASSERT_TRUE(ParsePayload(delta->PayloadBytes(0), &layout).ok());
-    EXPECT_EQ(layout.mode, CodecMode::kContextParts);
-    std::vector<uint8_t> loc;
-    ASSERT_TRUE(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc).ok());
-    ASSERT_GE(loc.size(), 2u);
-    EXPECT_GE(loc[0], 2) << "bands";
-    EXPECT_EQ(loc.at(loc[0]), 4) << "parts";
-    EXPECT_EQ(layout.val_codec, version >= 5 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << "format " << version;
-    for (int threads : {1, 2}) {
-      TempDir work("dcr_golden_");
-      fs::copy_file(dir / "base.safetensors", work / "t.safetensors");
-      auto t = Checkpoint::Open(work / "t.safetensors", MappedFile::Mode::kReadWrite);
-      ASSERT_TRUE(t.ok());
-      ApplyOptions o;
-      o.threads = threads;
-      auto st = ApplyDelta(*delta, *t, o);
-      ASSERT_TRUE(st.ok()) << st.status().ToString();
-      EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(dir / "target.safetensors")) << threads << " threads";
+  for (uint32_t version = 4; version <= kDeltaFormatVersion; ++version)
+    for (const auto& [file, streams] : PartsDeltas(version)) {
+      SCOPED_TRACE(file);
+      const fs::path dir = GoldenDir(version);
+      auto delta = DeltaReader::Open((dir / file).string());
+      ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+      ASSERT_EQ(delta->header().payloads.size(), 1u);
+      PayloadLayout layout;
+      ASSERT_TRUE(ParsePayload(delta->PayloadBytes(0), &layout).ok());
+      EXPECT_EQ(layout.mode, CodecMode::kContextParts);
+      std::vector<uint8_t> loc;
+      ASSERT_TRUE(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc).ok());
+      ASSERT_GE(loc.size(), 2u);
+      EXPECT_GE(loc[0], 2) << "bands";
+      EXPECT_EQ(loc.at(loc[0]), 4) << "parts";
+      EXPECT_EQ(layout.val_codec, version >= 5 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << "format " << version;
+      if (version >= 5) {  // the stream count follows the code table
+        ByteReader r(layout.val_stored);
+        HuffmanDecoder code;
+        uint8_t count = 0;
+        ASSERT_TRUE(code.ReadTable(r, kHuffmanMaxSymbols).ok() && r.ReadByte(&count));
+        EXPECT_EQ(count, streams);
+      }
+      for (int threads : {1, 2}) {
+        TempDir work("dcr_golden_");
+        fs::copy_file(dir / "base.safetensors", work / "t.safetensors");
+        auto t = Checkpoint::Open(work / "t.safetensors", MappedFile::Mode::kReadWrite);
+        ASSERT_TRUE(t.ok());
+        ApplyOptions o;
+        o.threads = threads;
+        auto st = ApplyDelta(*delta, *t, o);
+        ASSERT_TRUE(st.ok()) << st.status().ToString();
+        EXPECT_EQ(ReadAll(work / "t.safetensors"), ReadAll(dir / "target.safetensors")) << threads << " threads";
+      }
     }
-  }
 }
 
 // The current version's encoder still writes its golden files byte for byte (a format change
@@ -186,7 +211,7 @@ TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {
   TempDir work("dcr_golden_");
   WriteGoldenDeltas(dir, work.path());
   for (const char* name : kGoldenDeltas) EXPECT_EQ(ReadAll(work / name), ReadAll(dir / name)) << name;
-  EXPECT_EQ(ReadAll(work / kGoldenPartsDelta), ReadAll(dir / kGoldenPartsDelta));
+  EXPECT_EQ(ReadAll(work / CurrentPartsDelta()), ReadAll(dir / CurrentPartsDelta()));
 }
 
 }  // namespace
