@@ -100,7 +100,9 @@ TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCou
     std::vector<uint8_t> one;
     const ValueCodec codec = EncodeValues(v.runs, 3, &one, 1, 1000);
     EXPECT_EQ(codec, n >= 1000 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << n;
-    if (n >= 1000) EXPECT_EQ(StreamCount(one), 4) << n;
+    if (n >= 1000) {
+      EXPECT_EQ(StreamCount(one), 4) << n;
+    }
     std::vector<std::vector<uint8_t>> back;
     ASSERT_TRUE(DecodeInto(codec, one, v, &back).ok()) << n;
     for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << n << " run " << k;

@@ -87,6 +87,15 @@ class HuffmanDecoder {
     if ((e >> kLongBit & 1) == 0) return 0;
     return table[(e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1))];
   }
+  // Brings the lookup tables into this thread's cache with independent prefetches. They are
+  // built per payload by one thread and read by two: on the other thread each first lookup of a
+  // line would miss in the chain of dependent lookups, one miss at a time (two threads decoding
+  // the 4.8 % pair's value shares at once: ~60 us each without, ~40 with; 37 with a table built
+  // by each thread itself).
+  void PrefetchTables() const {
+    for (size_t i = 0; i < multi_.size(); i += 8) __builtin_prefetch(multi_.data() + i);
+    for (size_t i = 0; i < long_.size(); i += 16) __builtin_prefetch(long_.data() + i);
+  }
   static uint32_t LongSymbol(uint32_t t) { return t & 0xffff; }
   static int LongBits(uint32_t t) { return static_cast<int>(t >> 16); }
 

@@ -113,6 +113,7 @@ void ValueSectionDecoder::DecodeStreams(size_t i, size_t j) {
     return;
   }
   const size_t count = j == i ? 1 : 2;
+  code_.PrefetchTables();  // built by the share that prepared
   const size_t id[2] = {i, j};
   std::array<BitReader, 2> bits = {BitReader(bits_[i]), BitReader(bits_[j])};
   std::array<size_t, 2> e{};
