@@ -65,7 +65,8 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector
 
 namespace value_symbols {
 
-// The symbol counts of some runs (CountSymbols' histograms), and their bytes. Reused per thread.
+// The symbol counts of some runs (CountSymbols' histograms) and the runs' total bytes. Reused
+// per thread.
 struct SymbolCounts {
   std::vector<uint64_t> small4 = std::vector<uint64_t>(4 * kSmallSymbols);
   std::vector<uint64_t> large = std::vector<uint64_t>(kAlphabet);  // entries below kSmallSymbols stay 0
