@@ -158,9 +158,8 @@ bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t share, int first) {
 void ValueSectionEncoder::Work(int first) {
   DCR_CHECK(first == 0 || first == 1);
   const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
-  const size_t shares = streams_ == 1 ? 1 : 2;
-  const size_t half = (streams_ + 1) / 2;  // share 0's streams: [0, half); share 1's: the rest
-  auto streams_of = [&](size_t share) { return std::pair{share == 0 ? 0 : half, share == 0 ? half : streams_}; };
+  const size_t shares = Shares();
+  auto streams_of = [&](size_t share) { return value_symbols::ShareStreams(streams_, static_cast<int>(share)); };
   for (size_t h : order)
     if (h < shares && Takes(count_claim_[h], h, first)) {
       counts_[h].Clear();
@@ -191,7 +190,7 @@ void ValueSectionEncoder::Work(int first) {
 void ValueSectionEncoder::Choose() {
   std::vector<uint64_t> freq(kAlphabet, 0);
   uint64_t raw_bytes = 0, escape_bytes = 0;
-  for (size_t h = 0; h < (streams_ == 1 ? 1 : 2); ++h) counts_[h].AddTo(&freq), raw_bytes += counts_[h].raw_bytes;
+  for (size_t h = 0; h < Shares(); ++h) counts_[h].AddTo(&freq), raw_bytes += counts_[h].raw_bytes;
   for (size_t i = 0; i < streams_; ++i) escape_bytes += escaped_[i].size();
   code_.emplace(freq);
   const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;

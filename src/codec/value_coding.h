@@ -70,6 +70,8 @@ class ValueSectionEncoder {
  private:
   bool Takes(ClaimOnce& stage, size_t share, int first);
   void Choose();
+  // The shares with streams (value_symbols::ShareStreams): one for one stream, else two.
+  size_t Shares() const { return streams_ == 1 ? 1 : 2; }
 
   std::span<const ValueRun> runs_;
   int zstd_level_;

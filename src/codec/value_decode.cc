@@ -161,10 +161,8 @@ void ValueSectionDecoder::DecodeShare(int share) {
     YieldUntil([&] { return prepared_.load(std::memory_order_acquire); });
   }
   if (!prepared_status_.ok()) return;
-  // Share 0: the first half of the streams (rounded up), share 1 the rest; two at a time.
-  const size_t half = (streams_ + 1) / 2;
-  const size_t from = share == 0 ? 0 : half, to = share == 0 ? half : streams_;
-  for (size_t i = from; i < to; i += 2) DecodeStreams(i, std::min(i + 1, to - 1));
+  const auto [from, to] = value_symbols::ShareStreams(streams_, share);
+  for (size_t i = from; i < to; i += 2) DecodeStreams(i, std::min(i + 1, to - 1));  // two at a time
 }
 
 Status ValueSectionDecoder::Result() const {

@@ -50,6 +50,40 @@ void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWr
   for (; i < n; ++i) code.Put(w, symbol(i));
 }
 
+// The slots one step of four multi-symbol lookups may write from its first value on:
+// kMultiSymbols per lookup, and for 2-byte values one more (StoreMultiSymbols).
+template <typename U>
+constexpr uint64_t kStepSlots = 4 * HuffmanDecoder::kMultiSymbols + (sizeof(U) == 2 ? 1 : 0);
+
+// Writes the symbols of multi-symbol entry m as values at dst: kMultiSymbols slots, of which the
+// next lookup's store overwrites those past the entry's symbols. 2-byte values take the entry's
+// four 16-bit lanes in one store (lane 3, its counts, lands in a slot the next store overwrites).
+template <typename U>
+HWY_INLINE void StoreMultiSymbols(uint8_t* dst, uint64_t m) {
+  if constexpr (sizeof(U) == 2) {
+    std::memcpy(dst, &m, sizeof(m));
+  } else {
+    for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
+      const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
+      std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
+    }
+  }
+}
+
+// The code at the window's start when it is longer than the lookup window (its multi-symbol
+// entry m has no symbols), from the long-code table: its value goes to dst and its bits are
+// consumed. False for an escape or an invalid code, which the general path decodes. The window
+// must hold kHuffmanMaxBits bits.
+template <typename U>
+HWY_INLINE bool TakeLongerCode(const uint32_t* longer, uint64_t m, BitReader::Window& window, uint8_t* dst) {
+  const uint32_t t = HuffmanDecoder::PeekLong(longer, m, window.acc);
+  if (t == 0) return false;
+  const U v = static_cast<U>(HuffmanDecoder::LongSymbol(t));
+  std::memcpy(dst, &v, sizeof(U));
+  window.Skip(HuffmanDecoder::LongBits(t));
+  return true;
+}
+
 // DecodeSymbols of value_symbols.h, for values of type U.
 template <typename U>
 Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
@@ -65,9 +99,7 @@ Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<con
       const uint64_t* multi = code.multi_table();
       const uint32_t* longer = code.long_table();
       BitReader::Window window = bits.TakeWindow();
-      // 2-byte values: the entry's four lanes in one store, one slot more than the symbols.
-      constexpr uint64_t kStepSlots = 4 * HuffmanDecoder::kMultiSymbols + (sizeof(U) == 2 ? 1 : 0);
-      while (n - i >= kStepSlots && window.Has()) {
+      while (n - i >= kStepSlots<U> && window.Has()) {
         window.Refill();
         int k = 0;
         for (; k < 4; ++k) {
@@ -76,24 +108,13 @@ Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<con
           if (c == 0) {
             // A longer code ends the step (at most 3 lookups of 10 bits and 15 bits before a
             // refill); an escape or invalid code leaves the loop.
-            const uint32_t t = HuffmanDecoder::PeekLong(longer, m, window.acc);
-            if (t == 0) break;
-            const U v = static_cast<U>(HuffmanDecoder::LongSymbol(t));
-            std::memcpy(dst, &v, sizeof(U));
-            window.Skip(HuffmanDecoder::LongBits(t));
+            if (!TakeLongerCode<U>(longer, m, window, dst)) break;
             dst += sizeof(U);
             ++i;
             k = 4;
             break;
           }
-          if constexpr (sizeof(U) == 2) {
-            std::memcpy(dst, &m, sizeof(m));
-          } else {
-            for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
-              const U v = static_cast<U>(HuffmanDecoder::MultiSymbol(m, j));
-              std::memcpy(dst + j * sizeof(U), &v, sizeof(U));
-            }
-          }
+          StoreMultiSymbols<U>(dst, m);
           window.Skip(HuffmanDecoder::MultiBits(m));
           dst += c * sizeof(U);
           i += static_cast<uint64_t>(c);
@@ -129,17 +150,15 @@ Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<con
 }
 
 // Four multi-symbol lookups of each lane per refill, interleaved, while both lanes have at least
-// kPairStep values left and a full window. A lane whose next code is longer than the lookup
+// kStepSlots values left and a full window. A lane whose next code is longer than the lookup
 // window, an escape or invalid stalls (its entry has no symbols and no bits, so its later
 // lookups of the step repeat it without effect); after the step a longer code is read from the
-// long-code table in the loop, an escape or invalid code one symbol through DecodeSymbolsT. Each
-// lookup writes kMultiSymbols slots (2-byte values: four), which the next overwrites past the
-// symbols it decoded. The 70 k values of the 4.8 % real pair on one thread (Zen 5): 88 us in
+// long-code table in the loop, an escape or invalid code one symbol through DecodeSymbolsT. The
+// 70 k values of the 4.8 % real pair on one thread (Zen 5): 88 us in
 // one stream through DecodeSymbols, 65 us in four streams two at a time.
 template <typename U>
 void DecodeSymbolPairT(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b, uint64_t n) {
   static_assert(sizeof(U) >= 2, "every symbol below the escape is a value");
-  constexpr uint64_t kPairStep = 4 * HuffmanDecoder::kMultiSymbols + (sizeof(U) == 2 ? 1 : 0);
   const uint64_t* multi = code.multi_table();
   const uint32_t* longer = code.long_table();
   uint64_t ia = 0, ib = 0;
@@ -150,23 +169,14 @@ void DecodeSymbolPairT(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b,
     uint8_t* da = a->dst;
     uint8_t* db = b->dst;
     bool stall_a = false, stall_b = false;
-    while (n - ia >= kPairStep && n - ib >= kPairStep && wa.Has() && wb.Has()) {
+    while (n - ia >= kStepSlots<U> && n - ib >= kStepSlots<U> && wa.Has() && wb.Has()) {
       wa.Refill();
       wb.Refill();
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const uint64_t ma = HuffmanDecoder::PeekMulti(multi, wa.acc), mb = HuffmanDecoder::PeekMulti(multi, wb.acc);
-        if constexpr (sizeof(U) == 2) {
-          std::memcpy(da, &ma, sizeof(ma));
-          std::memcpy(db, &mb, sizeof(mb));
-        } else {
-#pragma GCC unroll 3
-          for (int j = 0; j < HuffmanDecoder::kMultiSymbols; ++j) {
-            const U va = static_cast<U>(HuffmanDecoder::MultiSymbol(ma, j)), vb = static_cast<U>(HuffmanDecoder::MultiSymbol(mb, j));
-            std::memcpy(da + j * sizeof(U), &va, sizeof(U));
-            std::memcpy(db + j * sizeof(U), &vb, sizeof(U));
-          }
-        }
+        StoreMultiSymbols<U>(da, ma);
+        StoreMultiSymbols<U>(db, mb);
         const int ca = HuffmanDecoder::MultiCount(ma), cb = HuffmanDecoder::MultiCount(mb);
         wa.Skip(HuffmanDecoder::MultiBits(ma));
         wb.Skip(HuffmanDecoder::MultiBits(mb));
@@ -177,17 +187,10 @@ void DecodeSymbolPairT(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b,
       if (stall_a || stall_b) [[unlikely]] {
         // A longer code (at most 15 bits; the step took at most 40 of 56) is read here, without
         // leaving the loop; an escape or invalid code leaves it.
-        auto longer_code = [&](BitReader::Window& w, uint8_t*& d, uint64_t& i) {
-          const uint32_t t = HuffmanDecoder::PeekLong(longer, HuffmanDecoder::PeekMulti(multi, w.acc), w.acc);
-          if (t == 0) return false;
-          const U v = static_cast<U>(HuffmanDecoder::LongSymbol(t));
-          std::memcpy(d, &v, sizeof(U));
-          w.Skip(HuffmanDecoder::LongBits(t));
-          d += sizeof(U), ++i;
-          return true;
-        };
-        if (stall_a && longer_code(wa, da, ia)) stall_a = false;
-        if (stall_b && longer_code(wb, db, ib)) stall_b = false;
+        if (stall_a && TakeLongerCode<U>(longer, HuffmanDecoder::PeekMulti(multi, wa.acc), wa, da))
+          da += sizeof(U), ++ia, stall_a = false;
+        if (stall_b && TakeLongerCode<U>(longer, HuffmanDecoder::PeekMulti(multi, wb.acc), wb, db))
+          db += sizeof(U), ++ib, stall_b = false;
         if (stall_a || stall_b) break;
       }
     }

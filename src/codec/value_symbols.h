@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/int_math.h"
@@ -27,6 +28,14 @@ inline uint64_t LoadValue(const uint8_t* p, uint32_t w) {
 
 // Stream i of n values cut into s streams holds values [n i / s, n (i + 1) / s) (floor).
 inline uint64_t StreamStart(uint64_t n, uint64_t s, uint64_t i) { return FloorShare(n, i, s); }
+
+// The streams [first, second) of share 0 or 1 of a section's s streams, as the encoder's and the
+// decoder's two threads divide them: share 0 the first half (rounded up), share 1 the rest (none
+// of one stream).
+inline std::pair<size_t, size_t> ShareStreams(size_t s, int share) {
+  const size_t half = (s + 1) / 2;
+  return share == 0 ? std::pair{size_t{0}, half} : std::pair{half, s};
+}
 
 // Symbols below this (0x1, 0x3, 0x7 ... : nearly all of a BF16 payload's) are counted in four
 // interleaved histograms, the rest in one: 40 KiB of counters to clear and sum per count, where
