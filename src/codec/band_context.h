@@ -69,7 +69,7 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 // function of those counts instead of FitSampleStride(segs)'s), else the calling thread makes
 // them. With threads >= 2 and at least kSplitWalkMinElements elements, a helper thread runs
 // `filler` and `also` (other work of the same payload) while the calling thread fits the bands,
-// then takes parts; the calling thread takes parts, and `also` while the helper still codes one.
+// then takes parts; the calling thread takes parts, then `also` (the steps the helper has not).
 // Each step is done once, by whichever thread claims it first. `filler` and `also` may still be
 // unclaimed on return; the caller runs them then (RunIfUnclaimed). Below kSplitWalkMinElements
 // a helper only runs `filler` and `also`. (band_encode.cc)
