@@ -11,6 +11,7 @@
 
 #include "codec/bit_stream.h"
 #include "codec/diff.h"
+#include "codec/simd_masks.h"
 #include "codec/location_coding.h"
 #include "codec/section_coding.h"
 #include "codec/value_coding.h"
@@ -418,34 +419,52 @@ TEST(DiffElements, FindsExactlyTheChangedElementsAtEveryWidthAndLength) {
 
 TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
   // Runs of kDiffChunkElements: every run with changes is handed over once, in order, with
-  // exactly its changes; a run without changes is skipped. The element count leaves a partial
-  // last run.
+  // exactly its changes, their values and their old bits; a run without changes is skipped. The
+  // element count leaves a partial last run. Every width, both value kinds, every SIMD target
+  // (2-byte runs dense enough take AVX-512's compressing extraction: runs 0 and 1 are dense,
+  // runs 3 to 5 sparse).
   std::mt19937_64 rng(9);
   const size_t n = 5 * kDiffChunkElements + 1234;
-  std::vector<uint8_t> a(n * 2), b;
-  for (auto& x : a) x = static_cast<uint8_t>(rng());
-  b = a;
-  for (size_t i = 0; i < n; ++i) {
-    const bool quiet_run = i / kDiffChunkElements == 2;  // run 2 has no changes
-    if (!quiet_run && rng() % 50 == 0) b[i * 2] ^= 1;
-  }
-  ChangeSet plain, chunked;
-  DiffElements(a, b, 2, ValueKind::kXor, &plain);
-  std::vector<std::vector<uint32_t>> runs;
-  DiffElements(a, b, 2, ValueKind::kXor, &chunked,
-               [&](std::span<const uint32_t> pos) { runs.emplace_back(pos.begin(), pos.end()); });
-  EXPECT_EQ(chunked.positions, plain.positions);
-  EXPECT_EQ(chunked.values, plain.values);
-  ASSERT_EQ(runs.size(), 5u);  // runs 0, 1, 3, 4 and the partial run 5; not run 2
-  std::vector<uint32_t> joined;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    ASSERT_FALSE(runs[r].empty());
-    const uint32_t run = runs[r].front() / kDiffChunkElements;
-    EXPECT_EQ(run, r < 2 ? r : r + 1);
-    for (uint32_t p : runs[r]) EXPECT_EQ(p / kDiffChunkElements, run);
-    joined.insert(joined.end(), runs[r].begin(), runs[r].end());
-  }
-  EXPECT_EQ(joined, plain.positions);
+  ForEachSimdTarget([&](const std::string& target) {
+    for (uint32_t w : {1u, 2u, 4u, 8u})
+      for (ValueKind kind : {ValueKind::kXor, ValueKind::kOverwrite}) {
+        const std::string what = target + " width " + std::to_string(w) + (kind == ValueKind::kXor ? " xor" : " overwrite");
+        std::vector<uint8_t> a(n * w), b;
+        for (auto& x : a) x = static_cast<uint8_t>(rng());
+        b = a;
+        for (size_t i = 0; i < n; ++i) {
+          const size_t run = i / kDiffChunkElements;  // run 2 has no changes
+          if (run != 2 && rng() % (run < 2 ? 10 : 200) == 0) b[i * w + rng() % w] ^= static_cast<uint8_t>(1 + rng() % 255);
+        }
+        ChangeSet plain, chunked;
+        DiffElements(a, b, w, kind, &plain);
+        std::vector<std::vector<uint32_t>> runs;
+        std::vector<uint8_t> values, old_bits;
+        DiffElements(a, b, w, kind, &chunked, [&](const DiffChunk& c) {
+          runs.emplace_back(c.positions.begin(), c.positions.end());
+          ASSERT_EQ(c.values.size(), c.positions.size() * w) << what;
+          ASSERT_EQ(c.old_bits.size(), c.positions.size() * w) << what;
+          values.insert(values.end(), c.values.begin(), c.values.end());
+          old_bits.insert(old_bits.end(), c.old_bits.begin(), c.old_bits.end());
+        });
+        EXPECT_EQ(chunked.positions, plain.positions) << what;
+        EXPECT_EQ(chunked.values, plain.values) << what;
+        EXPECT_EQ(values, plain.values) << what;
+        std::vector<uint8_t> want_old;
+        for (uint32_t p : plain.positions) want_old.insert(want_old.end(), a.begin() + p * w, a.begin() + (p + 1) * w);
+        EXPECT_EQ(old_bits, want_old) << what;
+        ASSERT_EQ(runs.size(), 5u) << what;  // runs 0, 1, 3, 4 and the partial run 5; not run 2
+        std::vector<uint32_t> joined;
+        for (size_t r = 0; r < runs.size(); ++r) {
+          ASSERT_FALSE(runs[r].empty());
+          const uint32_t run = runs[r].front() / kDiffChunkElements;
+          EXPECT_EQ(run, r < 2 ? r : r + 1);
+          for (uint32_t p : runs[r]) EXPECT_EQ(p / kDiffChunkElements, run);
+          joined.insert(joined.end(), runs[r].begin(), runs[r].end());
+        }
+        EXPECT_EQ(joined, plain.positions) << what;
+      }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "base/status.h"
 #include "codec/simd_masks.h"
@@ -11,7 +12,8 @@ namespace {
 
 // Tiles of kMaskTileElements: the SIMD kernel marks differing elements in a bit mask (and counts
 // them), the outputs grow once per tile, and a second kernel then writes the marked elements'
-// positions and values, reading the tile again from L1. Its spare slots are trimmed at the end.
+// positions and values (and, for on_chunk, their old bits), reading the tile again from L1. Its
+// spare slots are trimmed at the end.
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
                const DiffChunkFn& on_chunk) {
@@ -20,8 +22,16 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   const bool is_xor = kind == ValueKind::kXor;
   size_t have = 0;  // changes found so far; the vectors hold kExtractSlack more while tiles are walked
   size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
-  auto end_run = [&] {      // hands the run's changes, if any, to on_chunk
-    if (on_chunk && have > chunk_from) on_chunk(std::span<const uint32_t>(out->positions.data() + chunk_from, have - chunk_from));
+  // The current run's old bits, for on_chunk. Kept per thread and never shrunk: growing a vector
+  // zero-fills it, which per run would cost as much as the extraction.
+  thread_local std::vector<uint8_t> run_old_bits;
+  auto end_run = [&] {  // hands the run's changes, if any, to on_chunk
+    if (on_chunk && have > chunk_from) {
+      const size_t n = have - chunk_from;
+      on_chunk({std::span<const uint32_t>(out->positions.data() + chunk_from, n),
+                std::span<const uint8_t>(out->values.data() + chunk_from * sizeof(U), n * sizeof(U)),
+                std::span<const uint8_t>(run_old_bits.data(), n * sizeof(U))});
+    }
     chunk_from = have;
   };
   for (size_t tile = 0; tile < count; tile += kMaskTileElements) {
@@ -33,8 +43,14 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     if (differ == 0) continue;
     out->positions.resize(have + differ + kExtractSlack);
     out->values.resize((have + differ + kExtractSlack) * sizeof(U));
+    uint8_t* old_bits = nullptr;
+    if (on_chunk) {
+      const size_t room = (have - chunk_from + differ + kExtractSlack) * sizeof(U);
+      if (run_old_bits.size() < room) run_old_bits.resize(room);
+      old_bits = run_old_bits.data() + (have - chunk_from) * sizeof(U);
+    }
     have += ExtractChanges(b, x, sizeof(U), tn, masks, differ, is_xor, static_cast<uint32_t>(tile),
-                           out->positions.data() + have, out->values.data() + have * sizeof(U));
+                           out->positions.data() + have, out->values.data() + have * sizeof(U), old_bits);
   }
   out->positions.resize(have);
   out->values.resize(have * sizeof(U));

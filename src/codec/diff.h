@@ -30,11 +30,19 @@ struct ChangeSet {
   }
 };
 
+// One run's changes as DiffElements hands them over, views valid during the call: positions and
+// values are the run's part of the ChangeSet being filled; old_bits holds each change's bits in
+// `base` (width bytes each, back to back, as the values), which the extraction has at hand.
+struct DiffChunk {
+  std::span<const uint32_t> positions;
+  std::span<const uint8_t> values;
+  std::span<const uint8_t> old_bits;
+};
+
 // Called by DiffElements after each run of kDiffChunkElements elements that has changes (the
-// last run may be shorter) with that run's positions: a view into the ChangeSet being filled,
-// valid during the call. The run's bytes are then still in cache, so per-change work on the old
-// and new bits (the state digest) reads them cheaply; after a whole large segment it would miss.
-using DiffChunkFn = std::function<void(std::span<const uint32_t> positions)>;
+// last run may be shorter): per-change work on the old and new bits (the state digest) reads
+// them from the chunk while they are in cache, and without gathering them from the arrays.
+using DiffChunkFn = std::function<void(const DiffChunk& chunk)>;
 inline constexpr size_t kDiffChunkElements = 64 * 1024;
 
 // Scans base vs next (both `count` elements of `width` bytes, count < 2^32) and fills `out`.

@@ -23,9 +23,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 0.5-5 % change: a word of 64 elements holds one a quarter to all of the time), and within a
 // word the set bits four per step: a loop whose exit is predictable where a loop per set bit would
 // mispredict once per word. Steps past the last set bit write up to kExtractSlack spare slots.
-template <typename U>
+// kOld: also each change's old bits, to `old` (laid out as `val`).
+template <typename U, bool kOld>
 size_t ExtractWordsScalar(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t from_word,
-                          size_t count, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val) {
+                          size_t count, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val, uint8_t* old) {
   const uint32_t* const pos0 = pos;
   const size_t words = (count + 63) / 64;
   for (size_t group = from_word; group < words; group += 64) {
@@ -47,11 +48,13 @@ size_t ExtractWordsScalar(const uint8_t* base, const uint8_t* next, const uint64
           const U v = is_xor ? static_cast<U>(ob ^ nb) : nb;
           pos[u] = first + static_cast<uint32_t>(i);
           std::memcpy(val + u * sizeof(U), &v, sizeof(U));
+          if constexpr (kOld) std::memcpy(old + u * sizeof(U), &ob, sizeof(U));
           step += m != 0;
           m &= m - 1;
         }
         pos += step;
         val += step * sizeof(U);
+        if constexpr (kOld) old += step * sizeof(U);
       }
     }
   }
@@ -64,52 +67,71 @@ size_t ExtractWordsScalar(const uint8_t* base, const uint8_t* next, const uint64
 // the positions are then widened 16 at a time (compressing them as 32-bit lanes took twice the
 // compress instructions, which all run on one port). Below about one change per word the scalar
 // walk, which skips empty words, does less work, so the run picks by its change count.
+template <bool kOld>
 HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t count,
-                                 size_t differ, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val) {
+                                 size_t differ, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val,
+                                 uint8_t* old) {
   constexpr size_t kMaxCount = 4096;  // the 16-bit positions of a run, and the buffer below
   const size_t full = count / 64;
   if (differ < full || count > kMaxCount)
-    return ExtractWordsScalar<uint16_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+    return ExtractWordsScalar<uint16_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
   const hn::Full512<uint16_t> d16;
   const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
   const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
   uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
+  uint16_t* o16 = reinterpret_cast<uint16_t*>(old);
   HWY_ALIGN uint16_t local[kMaxCount + 64];  // 16-bit positions, and room for a whole vector past them
   size_t done = 0;
   for (size_t w = 0; w < full; ++w) {
     const uint8_t* bits = reinterpret_cast<const uint8_t*>(masks + w);  // lane i: bit i, little-endian
     for (size_t j = 0; j < 64; j += 32) {
-      const auto nv = hn::LoadU(d16, b + 64 * w + j);
-      const auto v = is_xor ? hn::Xor(hn::LoadU(d16, a + 64 * w + j), nv) : nv;
-      hn::StoreU(hn::Compress(v, hn::LoadMaskBits(d16, bits + j / 8)), d16, v16);
+      const auto nv = hn::LoadU(d16, b + 64 * w + j), ov = hn::LoadU(d16, a + 64 * w + j);
+      const auto m = hn::LoadMaskBits(d16, bits + j / 8);
+      hn::StoreU(hn::Compress(is_xor ? hn::Xor(ov, nv) : nv, m), d16, v16);
+      if constexpr (kOld) hn::StoreU(hn::Compress(ov, m), d16, o16);
       const size_t n = CompressIndices16(bits + j / 8, static_cast<uint16_t>(64 * w + j), local + done);
       v16 += n, done += n;
+      if constexpr (kOld) o16 += n;
     }
   }
   // The widening reads up to 15 unwritten entries of `local`; what it makes of them lands in the
   // caller's spare slots, or is overwritten by the tail below.
   WidenIndices(local, done, first, pos);
-  return done + ExtractWordsScalar<uint16_t>(base, next, masks, full, count, is_xor, first, pos + done,
-                                             reinterpret_cast<uint8_t*>(v16));
+  // The tail below is a call, after which this returns: GCC left the upper vector state dirty
+  // across it (simd_state_test), which slows every later legacy-SSE instruction.
+  _mm256_zeroupper();
+  return done + ExtractWordsScalar<uint16_t, kOld>(base, next, masks, full, count, is_xor, first, pos + done,
+                                                   reinterpret_cast<uint8_t*>(v16), reinterpret_cast<uint8_t*>(o16));
 }
 #endif
 
 // Returns the number of marked elements, whose positions (first + index) and values (XOR of old and
-// new bits, or the new bits) it wrote in ascending order, plus up to kExtractSlack spare slots.
-HWY_INLINE size_t ExtractChangesAnyWidth(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
-                                         const uint64_t* masks, size_t differ, bool is_xor, uint32_t first,
-                                         uint32_t* pos, uint8_t* val) {
+// new bits, or the new bits) it wrote in ascending order, plus up to kExtractSlack spare slots;
+// and, kOld, their old bits to `old`, laid out as the values.
+template <bool kOld>
+HWY_INLINE size_t ExtractChangesAnyWidthT(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
+                                          const uint64_t* masks, size_t differ, bool is_xor, uint32_t first,
+                                          uint32_t* pos, uint8_t* val, uint8_t* old) {
   if (count == 0) return 0;
   switch (width) {
-    case 1: return ExtractWordsScalar<uint8_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+    case 1: return ExtractWordsScalar<uint8_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    case 2: return ExtractWords16(base, next, masks, count, differ, is_xor, first, pos, val);
+    case 2: return ExtractWords16<kOld>(base, next, masks, count, differ, is_xor, first, pos, val, old);
 #else
-    case 2: return (void)differ, ExtractWordsScalar<uint16_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+    case 2:
+      return (void)differ, ExtractWordsScalar<uint16_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
 #endif
-    case 4: return ExtractWordsScalar<uint32_t>(base, next, masks, 0, count, is_xor, first, pos, val);
-    default: return ExtractWordsScalar<uint64_t>(base, next, masks, 0, count, is_xor, first, pos, val);
+    case 4: return ExtractWordsScalar<uint32_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
+    default: return ExtractWordsScalar<uint64_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
   }
+}
+
+// `old`: nullptr, or where the old bits go.
+HWY_INLINE size_t ExtractChangesAnyWidth(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
+                                         const uint64_t* masks, size_t differ, bool is_xor, uint32_t first,
+                                         uint32_t* pos, uint8_t* val, uint8_t* old) {
+  return old != nullptr ? ExtractChangesAnyWidthT<true>(base, next, width, count, masks, differ, is_xor, first, pos, val, old)
+                        : ExtractChangesAnyWidthT<false>(base, next, width, count, masks, differ, is_xor, first, pos, val, old);
 }
 
 }  // namespace HWY_NAMESPACE

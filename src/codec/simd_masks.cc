@@ -23,8 +23,8 @@ void ClassAtLeastMasksImpl(const uint8_t* e, uint32_t width, size_t count, int s
 }
 size_t ExtractChangesImpl(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count,
                           const uint64_t* masks, size_t differ, bool is_xor, uint32_t first, uint32_t* positions,
-                          uint8_t* values) {
-  return ExtractChangesAnyWidth(base, next, width, count, masks, differ, is_xor, first, positions, values);
+                          uint8_t* values, uint8_t* old_bits) {
+  return ExtractChangesAnyWidth(base, next, width, count, masks, differ, is_xor, first, positions, values, old_bits);
 }
 int64_t TargetOfThisCode() { return HWY_TARGET; }
 
@@ -49,9 +49,10 @@ size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t co
 }
 
 size_t ExtractChanges(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count, const uint64_t* masks,
-                      size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values) {
+                      size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values,
+                      uint8_t* old_bits) {
   return HWY_DYNAMIC_DISPATCH(ExtractChangesImpl)(base, next, width, count, masks, differ, is_xor, first, positions,
-                                                  values);
+                                                  values, old_bits);
 }
 
 void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,

@@ -24,11 +24,13 @@ size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t co
 // The elements `masks` marks (as DifferMasks wrote them for these `count` elements; `differ`
 // set bits): for each in ascending order, its position first + index into `positions` and its
 // value, the XOR of the two elements' bits (is_xor) or b's bits, as `width` bytes into `values`.
-// Returns `differ`. Both outputs need room for kExtractSlack more entries, which may be written;
+// With `old_bits` (else nullptr), also each one's bits in `a` there, laid out as `values`.
+// Returns `differ`. The outputs need room for kExtractSlack more entries, which may be written;
 // first + count must not exceed 2^32.
 inline constexpr size_t kExtractSlack = 32;
 size_t ExtractChanges(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, const uint64_t* masks,
-                      size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values);
+                      size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values,
+                      uint8_t* old_bits = nullptr);
 
 // For thresholds t[0] < t[1] < ... < t[k-1] (k <= 7, each 1..255) and an element class
 // c(v) = (v >> shift) & class_mask (class_mask <= 0xff): out[i * words + w] bit j =

@@ -84,7 +84,7 @@ TEST_P(SimdMasks, DifferMasksMatchTheScalarModel) {
 // Positions and values of the marked elements, in order, from `first`; at most kExtractSlack
 // entries written past them. Densities from none to all cover both of the AVX-512 path's ways
 // (a compress per word from one change per word up, a walk over set bits below), and runs
-// longer than a tile its fallback.
+// longer than a tile its fallback; with and without the old bits.
 TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
   std::mt19937_64 rng(13);
   constexpr uint8_t kGuard = 0xA5;
@@ -99,24 +99,33 @@ TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
         const bool is_xor = rep % 2 == 0;
         const uint32_t first = static_cast<uint32_t>(rng() % 100000);
         std::vector<uint32_t> want_pos;
-        std::vector<uint8_t> want_val;
+        std::vector<uint8_t> want_val, want_old;
         for (size_t i = 0; i < n; ++i) {
           if (Load(a, i, w) == Load(b, i, w)) continue;
           want_pos.push_back(first + static_cast<uint32_t>(i));
           const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
           for (uint32_t k = 0; k < w; ++k) want_val.push_back(static_cast<uint8_t>(v >> (8 * k)));
+          want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
         }
         ASSERT_EQ(differ, want_pos.size());
-        // One guard entry past the allowed slack, which must stay untouched.
-        std::vector<uint32_t> pos(differ + kExtractSlack + 1, 0xA5A5A5A5u);
-        std::vector<uint8_t> val((differ + kExtractSlack + 1) * w, kGuard);
-        ASSERT_EQ(ExtractChanges(a.data(), b.data(), w, n, masks.data(), differ, is_xor, first, pos.data(), val.data()),
-                  differ);
-        EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << "width " << w << " n " << n;
-        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << "width " << w << " n " << n;
-        pos.resize(differ), val.resize(differ * w);
-        ASSERT_EQ(pos, want_pos) << "width " << w << " n " << n << " xor " << is_xor;
-        ASSERT_EQ(val, want_val) << "width " << w << " n " << n << " xor " << is_xor;
+        for (bool with_old : {false, true}) {
+          const std::string what = "width " + std::to_string(w) + " n " + std::to_string(n) + " xor " +
+                                   std::to_string(is_xor) + (with_old ? " with old bits" : "");
+          // One guard entry past the allowed slack, which must stay untouched.
+          std::vector<uint32_t> pos(differ + kExtractSlack + 1, 0xA5A5A5A5u);
+          std::vector<uint8_t> val((differ + kExtractSlack + 1) * w, kGuard), old(val.size(), kGuard);
+          ASSERT_EQ(ExtractChanges(a.data(), b.data(), w, n, masks.data(), differ, is_xor, first, pos.data(), val.data(),
+                                   with_old ? old.data() : nullptr),
+                    differ);
+          EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << what;
+          for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << what;
+          for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(old[old.size() - 1 - k], kGuard) << what;
+          pos.resize(differ), val.resize(differ * w), old.resize(differ * w);
+          ASSERT_EQ(pos, want_pos) << what;
+          ASSERT_EQ(val, want_val) << what;
+          if (with_old) ASSERT_EQ(old, want_old) << what;
+          else ASSERT_EQ(old, std::vector<uint8_t>(differ * w, kGuard)) << what;
+        }
       }
 }
 

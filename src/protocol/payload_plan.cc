@@ -116,13 +116,13 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     const uint64_t w = DTypeWidth(t.dtype());
     return t.bytes.subspan(seg.start * w, seg.count * w);
   };
-  // Target digest = base digest + the changes: O(changed elements), taken run by run while the
-  // diff's bytes are still in cache (*sum accumulates the segment's).
+  // Target digest = base digest + the changes: O(changed elements), taken run by run from the
+  // old bits and values the diff hands over (*sum accumulates the segment's).
   auto digest_runs = [&](const PlannedSegment& seg, Digest128* sum) -> DiffChunkFn {
     const TensorRef& b = base[seg.tensor];
-    return [sum, key = TensorKey(b.name()), start = seg.start, old_bytes = bytes_of(b, seg).data(),
-            new_bytes = bytes_of(next[seg.tensor], seg).data(), w = DTypeWidth(b.dtype())](std::span<const uint32_t> pos) {
-      *sum += DigestChanges(key, start, pos, old_bytes, new_bytes, w);
+    return [sum, key = TensorKey(b.name()), start = seg.start, is_xor = kind == ValueKind::kXor,
+            w = DTypeWidth(b.dtype())](const DiffChunk& c) {
+      *sum += DigestChanges(key, start, c.positions, c.old_bits.data(), c.values.data(), is_xor, w);
     };
   };
   auto add_digest = [&](uint32_t tensor, const Digest128& d) {

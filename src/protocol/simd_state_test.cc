@@ -123,7 +123,11 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
     ExpectLeavesClean("ClassAtLeastMasks",
                       [&] { ClassAtLeastMasks(p.base.data(), width, kCount, 0, 0xff, thresholds, 3, masks.data()); });
     ExpectLeavesClean("DigestElements", [&] { (void)DigestElements(7, p.base, width, 0); });
-    ExpectLeavesClean("DigestChanges", [&] { (void)DigestChanges(7, 0, p.changed, p.base.data(), p.next.data(), width); });
+    {
+      std::vector<uint8_t> old_bits(p.changed.size() * width), masks(old_bits.size());
+      ExpectLeavesClean("DigestChanges",
+                        [&] { (void)DigestChanges(7, 0, p.changed, old_bits.data(), masks.data(), true, width); });
+    }
 
     // Context mode: the band fit, walk and tile rows on the encoder's side, the walk on the
     // decoder's, each on one thread and on two.

@@ -46,10 +46,10 @@ Digest128 DigestElements(uint64_t key, std::span<const uint8_t> bytes, uint32_t 
   return DigestElementsDispatch(key, bytes.data(), bytes.size() / width, width, first);
 }
 
-Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
-                        const uint8_t* next, uint32_t width) {
+Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* old_bits,
+                        const uint8_t* values, bool values_are_xor, uint32_t width) {
   RequireElementWidth(width);
-  return DigestChangesDispatch(key, first, positions, base, next, width);
+  return DigestChangesDispatch(key, first, positions, old_bits, values, values_are_xor, width);
 }
 
 Digest128 CombineDigests(const Catalog& catalog, const std::vector<Digest128>& tensors) {

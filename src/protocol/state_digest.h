@@ -56,11 +56,13 @@ inline void DigestUpdate(Digest128* d, uint64_t key, uint64_t index, uint64_t ol
   *d -= ElementHash(key, index, old_bits);
 }
 
-// The digest change of the listed elements going from `base` to `next` (both `width`-byte
-// elements, the arrays of one tensor from element `first`): Σ h(new) - h(old) over element
-// first + positions[k]. Equal to DigestUpdate per element; O(positions).
-Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* base,
-                        const uint8_t* next, uint32_t width);
+// The digest change of the listed elements of one tensor, element first + positions[k] for each
+// k: Σ h(new) - h(old), equal to DigestUpdate per element; O(positions). Each element's old bits
+// are old_bits[k * width, +width) and its value values[k * width, +width): the XOR of its old and
+// new bits (values_are_xor) or its new bits; the diff hands both over as it extracts the changes
+// (DiffChunk), so the sum loads whole vectors instead of gathering from the tensors.
+Digest128 DigestChanges(uint64_t key, uint64_t first, std::span<const uint32_t> positions, const uint8_t* old_bits,
+                        const uint8_t* values, bool values_are_xor, uint32_t width);
 
 // Sum of ElementHash over elements [first_index, first_index + n) held in `bytes`.
 Digest128 DigestElements(uint64_t key, std::span<const uint8_t> bytes, uint32_t width, uint64_t first_index);

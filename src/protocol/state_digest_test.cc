@@ -61,8 +61,17 @@ TEST(StateDigest, DigestChangesOfASubrangeEqualsTheDifferenceOfFullDigests) {
       const uint64_t key = TensorKey("t");
       Digest128 want = DigestElements(key, next, w, 0);
       want -= DigestElements(key, base, w, 0);
-      EXPECT_EQ(DigestChanges(key, first, positions, base.data() + first * w, next.data() + first * w, w), want)
+      // Each change's old bits and value (XOR mask or new bits), back to back.
+      std::vector<uint8_t> old_bits, masks, new_bits;
+      for (uint32_t p : positions)
+        for (size_t j = 0; j < w; ++j) {
+          const uint8_t o = base[(first + p) * w + j], x = next[(first + p) * w + j];
+          old_bits.push_back(o), masks.push_back(o ^ x), new_bits.push_back(x);
+        }
+      EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), masks.data(), true, w), want)
           << "width " << w << ", " << positions.size() << " changes";
+      EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), new_bits.data(), false, w), want)
+          << "width " << w << ", " << positions.size() << " changes, new bits";
     }
   }
 }
@@ -86,7 +95,14 @@ TEST(StateDigest, EverySimdTargetGivesTheScalarDefinition) {
         for (uint32_t p : positions) DigestUpdate(&changes, key, first + p, Get(base, p, w), Get(next, p, w));
         const std::string what = target + " width " + std::to_string(w) + " n " + std::to_string(n);
         EXPECT_EQ(DigestElements(key, base, w, first), elements) << what;
-        EXPECT_EQ(DigestChanges(key, first, positions, base.data(), next.data(), w), changes) << what;
+        std::vector<uint8_t> old_bits, masks, new_bits;
+        for (uint32_t p : positions)
+          for (size_t j = 0; j < w; ++j) {
+            const uint8_t o = base[p * w + j], x = next[p * w + j];
+            old_bits.push_back(o), masks.push_back(o ^ x), new_bits.push_back(x);
+          }
+        EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), masks.data(), true, w), changes) << what;
+        EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), new_bits.data(), false, w), changes) << what;
       }
   });
 }
