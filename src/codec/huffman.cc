@@ -18,9 +18,18 @@ std::vector<uint32_t> LeafDepths(std::span<const uint64_t> leaf_weight) {
   std::vector<uint64_t> weight(2 * u - 1);
   std::vector<size_t> parent(2 * u - 1, SIZE_MAX);
   std::copy(leaf_weight.begin(), leaf_weight.end(), weight.begin());
+  // Sorted by (weight, index) as one key each: a plain sort of integers, where a stable sort of
+  // indices by weight took a quarter of a payload's code construction. Weights stay below 2^52
+  // (they count a payload's values), indices below 2^12 (the alphabet).
+  static_assert(kHuffmanMaxSymbols <= (1u << 12));
+  std::vector<uint64_t> keys(u);
+  for (size_t i = 0; i < u; ++i) {
+    DCR_CHECK(weight[i] < (uint64_t{1} << 52));
+    keys[i] = weight[i] << 12 | i;
+  }
+  std::sort(keys.begin(), keys.end());
   std::vector<size_t> leaves(u);
-  for (size_t i = 0; i < u; ++i) leaves[i] = i;
-  std::stable_sort(leaves.begin(), leaves.end(), [&](size_t a, size_t b) { return weight[a] < weight[b]; });
+  for (size_t i = 0; i < u; ++i) leaves[i] = static_cast<size_t>(keys[i] & 0xfff);
   size_t next_leaf = 0, next_internal = u, created = u;
   auto pop = [&] {
     const bool leaf = next_leaf < u && (next_internal == created || weight[leaves[next_leaf]] <= weight[next_internal]);
@@ -87,13 +96,20 @@ void CanonicalCodes(std::span<const uint8_t> len, const CodeRanges& ranges, uint
 HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(freq.size() <= kHuffmanMaxSymbols);
   // Only the used symbols are worked on: a payload's values use a few hundred of the 4096. They
-  // are gathered without a branch per symbol (which would mispredict on every used one).
+  // are gathered without a branch per symbol (which would mispredict on every used one), eight
+  // symbols at a time, skipping eight unused ones with one test (most of the alphabet is).
   used_.resize(freq.size());
   std::vector<uint64_t> weight(freq.size());
   size_t u = 0;
-  for (size_t s = 0; s < freq.size(); ++s) {
-    used_[u] = static_cast<uint32_t>(s), weight[u] = freq[s];
-    u += freq[s] > 0;
+  for (size_t s = 0; s < freq.size(); s += 8) {
+    const size_t end = std::min(s + 8, freq.size());
+    uint64_t any = 0;
+    for (size_t j = s; j < end; ++j) any |= freq[j];
+    if (any == 0) continue;
+    for (size_t j = s; j < end; ++j) {
+      used_[u] = static_cast<uint32_t>(j), weight[u] = freq[j];
+      u += freq[j] > 0;
+    }
   }
   used_.resize(u);
   weight.resize(u);
