@@ -252,6 +252,36 @@ TEST(BitStream, PutRice2WritesTheBitsOfTwoPutRices) {
   }
 }
 
+TEST(BitStream, PutRice4WritesTheBitsOfFourPutRices) {
+  // Quotients around where four codes stop fitting one write (quotient 8, r 6), long
+  // quotients, and every bit alignment left by a field before them.
+  std::mt19937_64 rng(22);
+  for (int rep = 0; rep < 2000; ++rep) {
+    std::vector<uint8_t> fours, singles;
+    BitWriter a(fours), b(singles);
+    const int r = static_cast<int>(rng() % 9);
+    {
+      BitWriter::Local la(a), lb(b);
+      const int lead = static_cast<int>(rng() % 8);
+      const uint64_t field = rng() & ((uint64_t{1} << lead) - 1);
+      la.Put(field, lead);
+      lb.Put(field, lead);
+      for (int i = 0; i < 20; ++i) {
+        auto draw = [&] {
+          const uint64_t q = rng() % 16 == 0 ? rng() % 70 : rng() % 9;  // 0..8 straddles 8
+          return q << r | (rng() & ((uint64_t{1} << r) - 1));
+        };
+        const uint64_t x[4] = {draw(), draw(), draw(), draw()};
+        la.PutRice4(x[0], x[1], x[2], x[3], r);
+        for (uint64_t v : x) lb.PutRice(v, r);
+      }
+    }
+    a.Flush();
+    b.Flush();
+    ASSERT_EQ(fours, singles) << "rep " << rep << " r " << r;
+  }
+}
+
 // Every unary length 0..200 after every bit alignment 0..71, followed by a sentinel field:
 // covers runs that end exactly at the last bit of a full 64-bit reader window.
 TEST(BitStream, UnaryRunsOfEveryLengthAtEveryAlignmentRoundTrip) {

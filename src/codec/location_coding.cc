@@ -137,9 +137,14 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
       BitWriter w(*out, c.bytes - 1);  // the code's exact size, less its parameter byte
       {
         BitWriter::Local gaps(w);
-        // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start); two per write.
+        // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start); four per write.
         uint64_t prev = block_start;
         size_t i = 0;
+        for (; i + 4 <= pos.size(); i += 4) {
+          gaps.PutRice4(pos[i] - prev, pos[i + 1] - pos[i] - 1, pos[i + 2] - pos[i + 1] - 1, pos[i + 3] - pos[i + 2] - 1,
+                        c.rice_k);
+          prev = uint64_t{pos[i + 3]} + 1;
+        }
         for (; i + 2 <= pos.size(); i += 2) {
           gaps.PutRice2(pos[i] - prev, pos[i + 1] - pos[i] - 1, c.rice_k);
           prev = uint64_t{pos[i + 1]} + 1;

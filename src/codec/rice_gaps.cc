@@ -16,6 +16,7 @@ namespace HWY_NAMESPACE {
 void PutRiceGapsImpl(BitWriter& w, std::span<const uint64_t> gaps, int r) {
   BitWriter::Local out(w);
   size_t i = 0;
+  for (; i + 4 <= gaps.size(); i += 4) out.PutRice4(gaps[i], gaps[i + 1], gaps[i + 2], gaps[i + 3], r);
   for (; i + 2 <= gaps.size(); i += 2) out.PutRice2(gaps[i], gaps[i + 1], r);
   if (i < gaps.size()) out.PutRice(gaps[i], r);
 }
