@@ -451,8 +451,8 @@ TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
   // Runs of kDiffChunkElements: every run with changes is handed over once, in order, with
   // exactly its changes, their values and their old bits; a run without changes is skipped. The
   // element count leaves a partial last run. Every width, both value kinds, every SIMD target
-  // (2-byte runs dense enough take AVX-512's compressing extraction: runs 0 and 1 are dense,
-  // runs 3 to 5 sparse).
+  // (2-byte runs dense enough take AVX-512's one-pass diff and compressing extraction: runs 0 and
+  // 1 are dense, runs 3 to 5 sparse, and their tiles switch between the ways).
   std::mt19937_64 rng(9);
   const size_t n = 5 * kDiffChunkElements + 1234;
   ForEachSimdTarget([&](const std::string& target) {
@@ -477,11 +477,21 @@ TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
           values.insert(values.end(), c.values.begin(), c.values.end());
           old_bits.insert(old_bits.end(), c.old_bits.begin(), c.old_bits.end());
         });
-        EXPECT_EQ(chunked.positions, plain.positions) << what;
-        EXPECT_EQ(chunked.values, plain.values) << what;
-        EXPECT_EQ(values, plain.values) << what;
-        std::vector<uint8_t> want_old;
-        for (uint32_t p : plain.positions) want_old.insert(want_old.end(), a.begin() + p * w, a.begin() + (p + 1) * w);
+        // The element-by-element definition.
+        std::vector<uint32_t> want_pos;
+        std::vector<uint8_t> want_val, want_old;
+        for (size_t i = 0; i < n; ++i) {
+          if (std::equal(a.begin() + i * w, a.begin() + (i + 1) * w, b.begin() + i * w)) continue;
+          want_pos.push_back(static_cast<uint32_t>(i));
+          for (size_t j = 0; j < w; ++j)
+            want_val.push_back(kind == ValueKind::kXor ? a[i * w + j] ^ b[i * w + j] : b[i * w + j]);
+          want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
+        }
+        EXPECT_EQ(plain.positions, want_pos) << what;
+        EXPECT_EQ(plain.values, want_val) << what;
+        EXPECT_EQ(chunked.positions, want_pos) << what;
+        EXPECT_EQ(chunked.values, want_val) << what;
+        EXPECT_EQ(values, want_val) << what;
         EXPECT_EQ(old_bits, want_old) << what;
         ASSERT_EQ(runs.size(), 5u) << what;  // runs 0, 1, 3, 4 and the partial run 5; not run 2
         std::vector<uint32_t> joined;

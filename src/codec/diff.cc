@@ -13,7 +13,10 @@ namespace {
 // Tiles of kMaskTileElements: the SIMD kernel marks differing elements in a bit mask (and counts
 // them), the outputs grow once per tile, and a second kernel then writes the marked elements'
 // positions and values (and, for on_chunk, their old bits), reading the tile again from L1. Its
-// spare slots are trimmed at the end.
+// spare slots are trimmed at the end. Where the target diffs and extracts in one pass
+// (FusedDiffExtract) and the tile before had a change per word or more, the tile goes through
+// that pass into per-thread room for a whole tile instead, and is appended: the outputs cannot
+// grow by a whole tile beforehand (growing zero-fills), and the pass needs the room.
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
                const DiffChunkFn& on_chunk) {
@@ -25,6 +28,15 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   // The current run's old bits, for on_chunk. Kept per thread and never shrunk: growing a vector
   // zero-fills it, which per run would cost as much as the extraction.
   thread_local std::vector<uint8_t> run_old_bits;
+  const bool fused = FusedDiffExtract(sizeof(U));
+  thread_local std::vector<uint32_t> tile_positions;
+  thread_local std::vector<uint8_t> tile_values, tile_old_bits;
+  if (fused && tile_positions.empty()) {
+    tile_positions.resize(kMaskTileElements + kExtractSlack);
+    tile_values.resize((kMaskTileElements + kExtractSlack) * sizeof(uint64_t));
+    tile_old_bits.resize(tile_values.size());
+  }
+  bool dense = false;  // the tile before had at least one change per 64 elements
   auto end_run = [&] {  // hands the run's changes, if any, to on_chunk
     if (on_chunk && have > chunk_from) {
       const size_t n = have - chunk_from;
@@ -39,7 +51,25 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     if (tile % kDiffChunkElements == 0) end_run();
     const uint8_t* b = base + tile * sizeof(U);
     const uint8_t* x = next + tile * sizeof(U);
+    if (fused && dense) {
+      const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, static_cast<uint32_t>(tile), tile_positions.data(),
+                                       tile_values.data(), on_chunk ? tile_old_bits.data() : nullptr);
+      dense = n >= tn / 64;
+      if (n == 0) continue;
+      out->positions.resize(have);  // drops the spare slots of a tile before (no fill)
+      out->positions.insert(out->positions.end(), tile_positions.begin(), tile_positions.begin() + static_cast<ptrdiff_t>(n));
+      out->values.resize(have * sizeof(U));
+      out->values.insert(out->values.end(), tile_values.begin(), tile_values.begin() + static_cast<ptrdiff_t>(n * sizeof(U)));
+      if (on_chunk) {
+        const size_t at = (have - chunk_from) * sizeof(U);
+        if (run_old_bits.size() < at + n * sizeof(U)) run_old_bits.resize(at + n * sizeof(U));
+        std::memcpy(run_old_bits.data() + at, tile_old_bits.data(), n * sizeof(U));
+      }
+      have += n;
+      continue;
+    }
     const size_t differ = DifferMasks(b, x, sizeof(U), tn, masks);
+    dense = differ >= tn / 64;
     if (differ == 0) continue;
     out->positions.resize(have + differ + kExtractSlack);
     out->values.resize((have + differ + kExtractSlack) * sizeof(U));

@@ -105,6 +105,45 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512, 2-byte elements, one tile (count <= kMaskTileElements) with about a change per word
+// or more: DifferMasks and ExtractWords16 in one pass, each vector of 32 elements loaded and
+// compared once, its changes' values (and old bits), 16-bit indices compressed as they are found.
+// Writes up to kExtractSlack spare slots.
+template <bool kOld>
+HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t count, bool is_xor, uint32_t first,
+                                uint32_t* pos, uint8_t* val, uint8_t* old) {
+  constexpr size_t kMaxCount = 4096;  // 16-bit indices, and the buffer below
+  const hn::Full512<uint16_t> d16;
+  const size_t lanes = hn::Lanes(d16);
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
+  uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
+  uint16_t* o16 = reinterpret_cast<uint16_t*>(old);
+  HWY_ALIGN uint16_t local[kMaxCount + 64];  // the indices, and room for a whole vector past them
+  const size_t whole = std::min(count, kMaxCount) / lanes * lanes;
+  size_t done = 0;
+  for (size_t i = 0; i < whole; i += lanes) {
+    const auto ov = hn::LoadU(d16, a + i), nv = hn::LoadU(d16, b + i);
+    const auto m = hn::Ne(ov, nv);
+    hn::StoreU(hn::Compress(is_xor ? hn::Xor(ov, nv) : nv, m), d16, v16 + done);
+    if constexpr (kOld) hn::StoreU(hn::Compress(ov, m), d16, o16 + done);
+    hn::StoreU(hn::Compress(hn::Iota(d16, static_cast<uint16_t>(i)), m), d16, local + done);
+    done += hn::CountTrue(d16, m);
+  }
+  WidenIndices(local, done, first, pos);  // writes up to 15 slots past `done`, rewritten below
+  for (size_t i = whole; i < count; ++i) {
+    if (a[i] == b[i]) continue;
+    pos[done] = first + static_cast<uint32_t>(i);
+    v16[done] = is_xor ? static_cast<uint16_t>(a[i] ^ b[i]) : b[i];
+    if constexpr (kOld) o16[done] = a[i];
+    ++done;
+  }
+  _mm256_zeroupper();  // as in ExtractWords16: callers run legacy-SSE code next
+  return done;
+}
+#endif
+
 // Returns the number of marked elements, whose positions (first + index) and values (XOR of old and
 // new bits, or the new bits) it wrote in ascending order, plus up to kExtractSlack spare slots;
 // and, kOld, their old bits to `old`, laid out as the values.

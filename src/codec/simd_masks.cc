@@ -6,6 +6,7 @@
 
 #include <hwy/highway.h>
 
+#include "base/status.h"
 #include "codec/simd_masks-inl.h"
 #include "codec/diff_extract-inl.h"  // after simd_masks-inl.h: uses PopCount64
 #include "codec/simd_masks.h"
@@ -26,6 +27,24 @@ size_t ExtractChangesImpl(const uint8_t* base, const uint8_t* next, uint32_t wid
                           uint8_t* values, uint8_t* old_bits) {
   return ExtractChangesAnyWidth(base, next, width, count, masks, differ, is_xor, first, positions, values, old_bits);
 }
+size_t DiffExtractTileImpl(const uint8_t* base, const uint8_t* next, uint32_t width, size_t count, bool is_xor,
+                           uint32_t first, uint32_t* positions, uint8_t* values, uint8_t* old_bits) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (width == 2)
+    return old_bits != nullptr ? DiffExtract16<true>(base, next, count, is_xor, first, positions, values, old_bits)
+                               : DiffExtract16<false>(base, next, count, is_xor, first, positions, values, old_bits);
+#endif
+  uint64_t masks[kMaskTileElements / 64];
+  const size_t differ = DifferMasksAnyWidth(base, next, width, count, masks);
+  return ExtractChangesAnyWidth(base, next, width, count, masks, differ, is_xor, first, positions, values, old_bits);
+}
+bool FusedDiffExtractImpl(uint32_t width) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return width == 2;
+#else
+  return (void)width, false;
+#endif
+}
 int64_t TargetOfThisCode() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE
@@ -42,6 +61,8 @@ namespace dcr {
 HWY_EXPORT(DifferMasksImpl);
 HWY_EXPORT(ClassAtLeastMasksImpl);
 HWY_EXPORT(ExtractChangesImpl);
+HWY_EXPORT(DiffExtractTileImpl);
+HWY_EXPORT(FusedDiffExtractImpl);
 HWY_EXPORT(TargetOfThisCode);
 
 size_t DifferMasks(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, uint64_t* masks) {
@@ -54,6 +75,14 @@ size_t ExtractChanges(const uint8_t* base, const uint8_t* next, uint32_t width, 
   return HWY_DYNAMIC_DISPATCH(ExtractChangesImpl)(base, next, width, count, masks, differ, is_xor, first, positions,
                                                   values, old_bits);
 }
+
+size_t DiffExtractTile(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, bool is_xor, uint32_t first,
+                       uint32_t* positions, uint8_t* values, uint8_t* old_bits) {
+  DCR_CHECK(count <= kMaskTileElements);
+  return HWY_DYNAMIC_DISPATCH(DiffExtractTileImpl)(a, b, width, count, is_xor, first, positions, values, old_bits);
+}
+
+bool FusedDiffExtract(uint32_t width) { return HWY_DYNAMIC_DISPATCH(FusedDiffExtractImpl)(width); }
 
 void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int shift, uint32_t class_mask,
                        const uint8_t* thresholds, int k, uint64_t* out) {

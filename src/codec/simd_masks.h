@@ -32,6 +32,14 @@ size_t ExtractChanges(const uint8_t* a, const uint8_t* b, uint32_t width, size_t
                       size_t differ, bool is_xor, uint32_t first, uint32_t* positions, uint8_t* values,
                       uint8_t* old_bits = nullptr);
 
+// DifferMasks then ExtractChanges (as above, `differ` aside) for one tile of `count` <=
+// kMaskTileElements elements, in one pass where FusedDiffExtract(width) (AVX-512, 2-byte
+// elements: each vector of elements is loaded and compared once). Returns the number of
+// differing elements; the outputs need room for count + kExtractSlack entries.
+size_t DiffExtractTile(const uint8_t* a, const uint8_t* b, uint32_t width, size_t count, bool is_xor, uint32_t first,
+                       uint32_t* positions, uint8_t* values, uint8_t* old_bits = nullptr);
+bool FusedDiffExtract(uint32_t width);
+
 // For thresholds t[0] < t[1] < ... < t[k-1] (k <= 7, each 1..255) and an element class
 // c(v) = (v >> shift) & class_mask (class_mask <= 0xff): out[i * words + w] bit j =
 // (c(element 64w + j) >= t[i]), where words = ceil(count / 64). Bits past `count` are 0.

@@ -129,6 +129,46 @@ TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
       }
 }
 
+// DiffExtractTile against the element-by-element definition, at densities from none to all,
+// tile lengths that end inside a vector and a word, with and without the old bits; nothing
+// written past the allowed slack.
+TEST_P(SimdMasks, DiffExtractTileMatchesTheScalarModel) {
+  std::mt19937_64 rng(14);
+  constexpr uint8_t kGuard = 0xA5;
+  for (uint32_t w : {1u, 2u, 4u, 8u})
+    for (size_t n : {size_t{1}, size_t{31}, size_t{33}, size_t{64}, size_t{200}, kMaskTileElements - 1, kMaskTileElements})
+      for (int rep = 0; rep < 6; ++rep) {
+        std::vector<uint8_t> a, b;
+        Fill(rng, w, n, &a, &b);
+        const bool is_xor = rep % 2 == 0, with_old = rep % 3 != 0;
+        const uint32_t first = static_cast<uint32_t>(rng() % 100000);
+        std::vector<uint32_t> want_pos;
+        std::vector<uint8_t> want_val, want_old;
+        for (size_t i = 0; i < n; ++i) {
+          if (Load(a, i, w) == Load(b, i, w)) continue;
+          want_pos.push_back(first + static_cast<uint32_t>(i));
+          const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
+          for (uint32_t k = 0; k < w; ++k) want_val.push_back(static_cast<uint8_t>(v >> (8 * k)));
+          want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
+        }
+        const std::string what = "width " + std::to_string(w) + " n " + std::to_string(n) + " xor " +
+                                 std::to_string(is_xor) + " old " + std::to_string(with_old);
+        std::vector<uint32_t> pos(n + kExtractSlack + 1, 0xA5A5A5A5u);
+        std::vector<uint8_t> val((n + kExtractSlack + 1) * w, kGuard), old(val.size(), kGuard);
+        const size_t got = DiffExtractTile(a.data(), b.data(), w, n, is_xor, first, pos.data(), val.data(),
+                                           with_old ? old.data() : nullptr);
+        ASSERT_EQ(got, want_pos.size()) << what;
+        EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << what;
+        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << what;
+        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(old[old.size() - 1 - k], kGuard) << what;
+        pos.resize(got), val.resize(got * w), old.resize(got * w);
+        ASSERT_EQ(pos, want_pos) << what;
+        ASSERT_EQ(val, want_val) << what;
+        if (with_old) ASSERT_EQ(old, want_old) << what;
+        else ASSERT_EQ(old, std::vector<uint8_t>(got * w, kGuard)) << what;
+      }
+}
+
 TEST_P(SimdMasks, ClassMasksMatchTheScalarModelForEveryFloatDType) {
   std::mt19937_64 rng(12);
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64, DType::kF8E4M3, DType::kF8E5M2, DType::kI32}) {
