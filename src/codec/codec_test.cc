@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -221,14 +222,16 @@ TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimits
   }
 }
 
-TEST(BitStream, PutRice2WritesTheBitsOfTwoPutRices) {
-  // Quotients and parameters around where the pair stops fitting one write (quotient 16, r 12),
-  // long quotients, and every bit alignment left by a field before the pair.
-  std::mt19937_64 rng(21);
+// Writes `groups` groups of kCodes Rice codes (parameter below `max_r`, quotients from
+// `quotient`) with put_group, and the same codes one PutRice at a time, after a field of 0-7
+// bits, 2000 times; the bits must agree.
+template <size_t kCodes, typename Quotient, typename PutGroup>
+void ExpectGroupedRiceEqualsSingles(uint64_t seed, int max_r, Quotient&& quotient, PutGroup&& put_group) {
+  std::mt19937_64 rng(seed);
   for (int rep = 0; rep < 2000; ++rep) {
-    std::vector<uint8_t> pairs, singles;
-    BitWriter a(pairs), b(singles);
-    const int r = static_cast<int>(rng() % 16);
+    std::vector<uint8_t> grouped, singles;
+    BitWriter a(grouped), b(singles);
+    const int r = static_cast<int>(rng() % static_cast<uint64_t>(max_r));
     {
       BitWriter::Local la(a), lb(b);
       const int lead = static_cast<int>(rng() % 8);
@@ -236,50 +239,32 @@ TEST(BitStream, PutRice2WritesTheBitsOfTwoPutRices) {
       la.Put(field, lead);
       lb.Put(field, lead);
       for (int i = 0; i < 20; ++i) {
-        auto draw = [&] {
-          const uint64_t q = rng() % 8 == 0 ? rng() % 70 : 12 + rng() % 6;  // 12..17 straddles 16
-          return q << r | (rng() & ((uint64_t{1} << r) - 1));
-        };
-        const uint64_t x = draw(), y = draw();
-        la.PutRice2(x, y, r);
-        lb.PutRice(x, r);
-        lb.PutRice(y, r);
-      }
-    }
-    a.Flush();
-    b.Flush();
-    ASSERT_EQ(pairs, singles) << "rep " << rep << " r " << r;
-  }
-}
-
-TEST(BitStream, PutRice4WritesTheBitsOfFourPutRices) {
-  // Quotients around where four codes stop fitting one write (quotient 8, r 6), long
-  // quotients, and every bit alignment left by a field before them.
-  std::mt19937_64 rng(22);
-  for (int rep = 0; rep < 2000; ++rep) {
-    std::vector<uint8_t> fours, singles;
-    BitWriter a(fours), b(singles);
-    const int r = static_cast<int>(rng() % 9);
-    {
-      BitWriter::Local la(a), lb(b);
-      const int lead = static_cast<int>(rng() % 8);
-      const uint64_t field = rng() & ((uint64_t{1} << lead) - 1);
-      la.Put(field, lead);
-      lb.Put(field, lead);
-      for (int i = 0; i < 20; ++i) {
-        auto draw = [&] {
-          const uint64_t q = rng() % 16 == 0 ? rng() % 70 : rng() % 9;  // 0..8 straddles 8
-          return q << r | (rng() & ((uint64_t{1} << r) - 1));
-        };
-        const uint64_t x[4] = {draw(), draw(), draw(), draw()};
-        la.PutRice4(x[0], x[1], x[2], x[3], r);
+        std::array<uint64_t, kCodes> x;
+        for (uint64_t& v : x) v = quotient(rng) << r | (rng() & ((uint64_t{1} << r) - 1));
+        put_group(la, x, r);
         for (uint64_t v : x) lb.PutRice(v, r);
       }
     }
     a.Flush();
     b.Flush();
-    ASSERT_EQ(fours, singles) << "rep " << rep << " r " << r;
+    ASSERT_EQ(grouped, singles) << "rep " << rep << " r " << r;
   }
+}
+
+TEST(BitStream, PutRice2WritesTheBitsOfTwoPutRices) {
+  // Quotients and parameters around where the pair stops fitting one write (quotient 16, r 12),
+  // long quotients, and every bit alignment left by a field before the pair.
+  ExpectGroupedRiceEqualsSingles<2>(
+      21, 16, [](std::mt19937_64& rng) { return rng() % 8 == 0 ? rng() % 70 : 12 + rng() % 6; },  // 12..17 straddles 16
+      [](BitWriter::Local& w, const std::array<uint64_t, 2>& x, int r) { w.PutRice2(x[0], x[1], r); });
+}
+
+TEST(BitStream, PutRice4WritesTheBitsOfFourPutRices) {
+  // Quotients and parameters around where four codes stop fitting one write (quotient 8, r 6),
+  // long quotients, and every bit alignment left by a field before them.
+  ExpectGroupedRiceEqualsSingles<4>(
+      22, 9, [](std::mt19937_64& rng) { return rng() % 16 == 0 ? rng() % 70 : rng() % 9; },  // 0..8 straddles 8
+      [](BitWriter::Local& w, const std::array<uint64_t, 4>& x, int r) { w.PutRice4(x[0], x[1], x[2], x[3], r); });
 }
 
 // Every unary length 0..200 after every bit alignment 0..71, followed by a sentinel field:

@@ -81,13 +81,52 @@ TEST_P(SimdMasks, DifferMasksMatchTheScalarModel) {
       }
 }
 
+// The changes of `a` against `b` (n elements of w bytes) by definition: positions first + i,
+// values (XOR or new bits) and old bits, each element's bytes back to back.
+struct ModelChanges {
+  std::vector<uint32_t> pos;
+  std::vector<uint8_t> val, old;
+};
+ModelChanges ScalarChanges(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, uint32_t w, size_t n,
+                           bool is_xor, uint32_t first) {
+  ModelChanges m;
+  for (size_t i = 0; i < n; ++i) {
+    if (Load(a, i, w) == Load(b, i, w)) continue;
+    m.pos.push_back(first + static_cast<uint32_t>(i));
+    const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
+    for (uint32_t k = 0; k < w; ++k) m.val.push_back(static_cast<uint8_t>(v >> (8 * k)));
+    m.old.insert(m.old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
+  }
+  return m;
+}
+
+// Output buffers of `room` entries and one guard entry past them, which must stay untouched.
+struct ExtractOut {
+  static constexpr uint8_t kGuard = 0xA5;
+  ExtractOut(size_t room, uint32_t w) : pos(room + 1, 0xA5A5A5A5u), val((room + 1) * w, kGuard), old(val.size(), kGuard) {}
+  std::vector<uint32_t> pos;
+  std::vector<uint8_t> val, old;
+};
+
+// `out` holds `want` (its old bits only where asked for, else untouched), guards intact.
+void ExpectExtracted(const ModelChanges& want, ExtractOut out, uint32_t w, bool with_old, const std::string& what) {
+  EXPECT_EQ(out.pos.back(), 0xA5A5A5A5u) << what;
+  for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(out.val[out.val.size() - 1 - k], ExtractOut::kGuard) << what;
+  for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(out.old[out.old.size() - 1 - k], ExtractOut::kGuard) << what;
+  const size_t n = want.pos.size();
+  out.pos.resize(n), out.val.resize(n * w), out.old.resize(n * w);
+  EXPECT_EQ(out.pos, want.pos) << what;
+  EXPECT_EQ(out.val, want.val) << what;
+  if (with_old) EXPECT_EQ(out.old, want.old) << what;
+  else EXPECT_EQ(out.old, std::vector<uint8_t>(n * w, ExtractOut::kGuard)) << what;
+}
+
 // Positions and values of the marked elements, in order, from `first`; at most kExtractSlack
 // entries written past them. Densities from none to all cover both of the AVX-512 path's ways
 // (a compress per word from one change per word up, a walk over set bits below), and runs
 // longer than a tile its fallback; with and without the old bits.
 TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
   std::mt19937_64 rng(13);
-  constexpr uint8_t kGuard = 0xA5;
   for (uint32_t w : {1u, 2u, 4u, 8u})
     for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{200}, kMaskTileElements - 1, kMaskTileElements,
                      kMaskTileElements + 70})
@@ -98,33 +137,16 @@ TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
         const size_t differ = DifferMasks(a.data(), b.data(), w, n, masks.data());
         const bool is_xor = rep % 2 == 0;
         const uint32_t first = static_cast<uint32_t>(rng() % 100000);
-        std::vector<uint32_t> want_pos;
-        std::vector<uint8_t> want_val, want_old;
-        for (size_t i = 0; i < n; ++i) {
-          if (Load(a, i, w) == Load(b, i, w)) continue;
-          want_pos.push_back(first + static_cast<uint32_t>(i));
-          const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
-          for (uint32_t k = 0; k < w; ++k) want_val.push_back(static_cast<uint8_t>(v >> (8 * k)));
-          want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
-        }
-        ASSERT_EQ(differ, want_pos.size());
+        const ModelChanges want = ScalarChanges(a, b, w, n, is_xor, first);
+        ASSERT_EQ(differ, want.pos.size());
         for (bool with_old : {false, true}) {
           const std::string what = "width " + std::to_string(w) + " n " + std::to_string(n) + " xor " +
                                    std::to_string(is_xor) + (with_old ? " with old bits" : "");
-          // One guard entry past the allowed slack, which must stay untouched.
-          std::vector<uint32_t> pos(differ + kExtractSlack + 1, 0xA5A5A5A5u);
-          std::vector<uint8_t> val((differ + kExtractSlack + 1) * w, kGuard), old(val.size(), kGuard);
-          ASSERT_EQ(ExtractChanges(a.data(), b.data(), w, n, masks.data(), differ, is_xor, first, pos.data(), val.data(),
-                                   with_old ? old.data() : nullptr),
+          ExtractOut out(differ + kExtractSlack, w);
+          ASSERT_EQ(ExtractChanges(a.data(), b.data(), w, n, masks.data(), differ, is_xor, first, out.pos.data(),
+                                   out.val.data(), with_old ? out.old.data() : nullptr),
                     differ);
-          EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << what;
-          for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << what;
-          for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(old[old.size() - 1 - k], kGuard) << what;
-          pos.resize(differ), val.resize(differ * w), old.resize(differ * w);
-          ASSERT_EQ(pos, want_pos) << what;
-          ASSERT_EQ(val, want_val) << what;
-          if (with_old) ASSERT_EQ(old, want_old) << what;
-          else ASSERT_EQ(old, std::vector<uint8_t>(differ * w, kGuard)) << what;
+          ExpectExtracted(want, std::move(out), w, with_old, what);
         }
       }
 }
@@ -134,7 +156,6 @@ TEST_P(SimdMasks, ExtractChangesMatchTheScalarModel) {
 // written past the allowed slack.
 TEST_P(SimdMasks, DiffExtractTileMatchesTheScalarModel) {
   std::mt19937_64 rng(14);
-  constexpr uint8_t kGuard = 0xA5;
   for (uint32_t w : {1u, 2u, 4u, 8u})
     for (size_t n : {size_t{1}, size_t{31}, size_t{33}, size_t{64}, size_t{200}, kMaskTileElements - 1, kMaskTileElements})
       for (int rep = 0; rep < 6; ++rep) {
@@ -142,30 +163,15 @@ TEST_P(SimdMasks, DiffExtractTileMatchesTheScalarModel) {
         Fill(rng, w, n, &a, &b);
         const bool is_xor = rep % 2 == 0, with_old = rep % 3 != 0;
         const uint32_t first = static_cast<uint32_t>(rng() % 100000);
-        std::vector<uint32_t> want_pos;
-        std::vector<uint8_t> want_val, want_old;
-        for (size_t i = 0; i < n; ++i) {
-          if (Load(a, i, w) == Load(b, i, w)) continue;
-          want_pos.push_back(first + static_cast<uint32_t>(i));
-          const uint64_t v = is_xor ? Load(a, i, w) ^ Load(b, i, w) : Load(b, i, w);
-          for (uint32_t k = 0; k < w; ++k) want_val.push_back(static_cast<uint8_t>(v >> (8 * k)));
-          want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
-        }
+        const ModelChanges want = ScalarChanges(a, b, w, n, is_xor, first);
         const std::string what = "width " + std::to_string(w) + " n " + std::to_string(n) + " xor " +
                                  std::to_string(is_xor) + " old " + std::to_string(with_old);
-        std::vector<uint32_t> pos(n + kExtractSlack + 1, 0xA5A5A5A5u);
-        std::vector<uint8_t> val((n + kExtractSlack + 1) * w, kGuard), old(val.size(), kGuard);
-        const size_t got = DiffExtractTile(a.data(), b.data(), w, n, is_xor, first, pos.data(), val.data(),
-                                           with_old ? old.data() : nullptr);
-        ASSERT_EQ(got, want_pos.size()) << what;
-        EXPECT_EQ(pos.back(), 0xA5A5A5A5u) << what;
-        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(val[val.size() - 1 - k], kGuard) << what;
-        for (uint32_t k = 0; k < w; ++k) EXPECT_EQ(old[old.size() - 1 - k], kGuard) << what;
-        pos.resize(got), val.resize(got * w), old.resize(got * w);
-        ASSERT_EQ(pos, want_pos) << what;
-        ASSERT_EQ(val, want_val) << what;
-        if (with_old) ASSERT_EQ(old, want_old) << what;
-        else ASSERT_EQ(old, std::vector<uint8_t>(got * w, kGuard)) << what;
+        ExtractOut out(n + kExtractSlack, w);
+        ASSERT_EQ(DiffExtractTile(a.data(), b.data(), w, n, is_xor, first, out.pos.data(), out.val.data(),
+                                  with_old ? out.old.data() : nullptr),
+                  want.pos.size())
+            << what;
+        ExpectExtracted(want, std::move(out), w, with_old, what);
       }
 }
 
