@@ -23,7 +23,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   static_assert(kDiffChunkElements % kMaskTileElements == 0);
   uint64_t masks[kMaskTileElements / 64];
   const bool is_xor = kind == ValueKind::kXor;
-  size_t have = 0;  // changes found so far; the vectors hold kExtractSlack more while tiles are walked
+  size_t have = 0;  // changes found so far; after a two-pass tile the vectors hold its spare slots too
   size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
   // The current run's old bits, for on_chunk. Kept per thread and never shrunk: growing a vector
   // zero-fills it, which per run would cost as much as the extraction.
@@ -33,7 +33,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   thread_local std::vector<uint8_t> tile_values, tile_old_bits;
   if (fused && tile_positions.empty()) {
     tile_positions.resize(kMaskTileElements + kExtractSlack);
-    tile_values.resize((kMaskTileElements + kExtractSlack) * sizeof(uint64_t));
+    tile_values.resize((kMaskTileElements + kExtractSlack) * sizeof(U));  // per U: one per instantiation
     tile_old_bits.resize(tile_values.size());
   }
   bool dense = false;  // the tile before had at least one change per 64 elements

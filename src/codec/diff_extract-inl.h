@@ -139,7 +139,6 @@ HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t
     if constexpr (kOld) o16[done] = a[i];
     ++done;
   }
-  _mm256_zeroupper();  // as in ExtractWords16: callers run legacy-SSE code next
   return done;
 }
 #endif

@@ -119,6 +119,15 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
                        values.data());
       });
     }
+    {
+      const size_t tile = kMaskTileElements;
+      std::vector<uint32_t> positions(tile + kExtractSlack);
+      std::vector<uint8_t> values(positions.size() * width), old_bits(values.size());
+      ExpectLeavesClean("DiffExtractTile", [&] {
+        (void)DiffExtractTile(p.base.data(), p.next.data(), width, tile, true, 0, positions.data(), values.data(),
+                              old_bits.data());
+      });
+    }
     const uint8_t thresholds[3] = {10, 60, 200};
     ExpectLeavesClean("ClassAtLeastMasks",
                       [&] { ClassAtLeastMasks(p.base.data(), width, kCount, 0, 0xff, thresholds, 3, masks.data()); });
