@@ -97,7 +97,7 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(freq.size() <= kHuffmanMaxSymbols);
   // Only the used symbols are worked on: a payload's values use a few hundred of the 4096. They
   // are gathered without a branch per symbol (which would mispredict on every used one), eight
-  // symbols at a time, skipping eight unused ones with one test (most of the alphabet is).
+  // symbols at a time, skipping eight unused ones with one test (most of the alphabet is unused).
   used_.resize(freq.size());
   std::vector<uint64_t> weight(freq.size());
   size_t u = 0;
