@@ -23,6 +23,22 @@ uint64_t Get(const std::vector<uint8_t>& b, size_t i, uint32_t w) {
   return v;
 }
 
+// What DigestChanges takes for the listed elements (element `first` + p of base and next): each
+// one's old bits, its XOR mask and its new bits, w bytes each, back to back.
+struct ChangeBytes {
+  std::vector<uint8_t> old_bits, masks, new_bits;
+};
+ChangeBytes BytesOfChanges(const std::vector<uint8_t>& base, const std::vector<uint8_t>& next, uint32_t w,
+                           size_t first, const std::vector<uint32_t>& positions) {
+  ChangeBytes c;
+  for (uint32_t p : positions)
+    for (size_t j = 0; j < w; ++j) {
+      const uint8_t o = base[(first + p) * w + j], x = next[(first + p) * w + j];
+      c.old_bits.push_back(o), c.masks.push_back(o ^ x), c.new_bits.push_back(x);
+    }
+  return c;
+}
+
 TEST(StateDigest, IncrementalUpdateEqualsFullRecomputation) {
   std::mt19937_64 rng(3);
   for (uint32_t w : {1u, 2u, 4u, 8u}) {
@@ -61,16 +77,10 @@ TEST(StateDigest, DigestChangesOfASubrangeEqualsTheDifferenceOfFullDigests) {
       const uint64_t key = TensorKey("t");
       Digest128 want = DigestElements(key, next, w, 0);
       want -= DigestElements(key, base, w, 0);
-      // Each change's old bits and value (XOR mask or new bits), back to back.
-      std::vector<uint8_t> old_bits, masks, new_bits;
-      for (uint32_t p : positions)
-        for (size_t j = 0; j < w; ++j) {
-          const uint8_t o = base[(first + p) * w + j], x = next[(first + p) * w + j];
-          old_bits.push_back(o), masks.push_back(o ^ x), new_bits.push_back(x);
-        }
-      EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), masks.data(), true, w), want)
+      const ChangeBytes c = BytesOfChanges(base, next, w, first, positions);
+      EXPECT_EQ(DigestChanges(key, first, positions, c.old_bits.data(), c.masks.data(), true, w), want)
           << "width " << w << ", " << positions.size() << " changes";
-      EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), new_bits.data(), false, w), want)
+      EXPECT_EQ(DigestChanges(key, first, positions, c.old_bits.data(), c.new_bits.data(), false, w), want)
           << "width " << w << ", " << positions.size() << " changes, new bits";
     }
   }
@@ -95,14 +105,9 @@ TEST(StateDigest, EverySimdTargetGivesTheScalarDefinition) {
         for (uint32_t p : positions) DigestUpdate(&changes, key, first + p, Get(base, p, w), Get(next, p, w));
         const std::string what = target + " width " + std::to_string(w) + " n " + std::to_string(n);
         EXPECT_EQ(DigestElements(key, base, w, first), elements) << what;
-        std::vector<uint8_t> old_bits, masks, new_bits;
-        for (uint32_t p : positions)
-          for (size_t j = 0; j < w; ++j) {
-            const uint8_t o = base[p * w + j], x = next[p * w + j];
-            old_bits.push_back(o), masks.push_back(o ^ x), new_bits.push_back(x);
-          }
-        EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), masks.data(), true, w), changes) << what;
-        EXPECT_EQ(DigestChanges(key, first, positions, old_bits.data(), new_bits.data(), false, w), changes) << what;
+        const ChangeBytes c = BytesOfChanges(base, next, w, 0, positions);
+        EXPECT_EQ(DigestChanges(key, first, positions, c.old_bits.data(), c.masks.data(), true, w), changes) << what;
+        EXPECT_EQ(DigestChanges(key, first, positions, c.old_bits.data(), c.new_bits.data(), false, w), changes) << what;
       }
   });
 }
