@@ -125,24 +125,20 @@ class BitWriter {
     // A Rice code with parameter r (<= 30): value >> r in unary, then its r low bits; one Put when
     // the whole code fits one (quotient below 32). BitReader::GetRice reads it.
     void PutRice(uint64_t value, int r) {
-      const uint64_t q = value >> r, low = value & ((uint64_t{1} << r) - 1);
-      if (q < 32 && r <= 24) [[likely]]  // q ones, a zero, then low: (2 * low + 1) << q, minus 1
-        return Put(((2 * low + 1) << q) - 1, static_cast<int>(q) + 1 + r);
+      const uint64_t q = value >> r;
+      if (q < 32 && r <= 24) [[likely]]
+        return Put(RiceBits(value, q, (uint64_t{2} << r) - 1), static_cast<int>(q) + 1 + r);
       PutUnary(q);
-      if (r > 0) Put(low, r);
+      if (r > 0) Put(value & ((uint64_t{1} << r) - 1), r);
     }
     // PutRice(a, r) then PutRice(b, r), in one Put where both codes are short (quotients below
     // 16, r <= 11: at most 54 bits together), which halves the chain of dependent Put steps.
     void PutRice2(uint64_t a, uint64_t b, int r) {
       const uint64_t qa = a >> r, qb = b >> r;
       if ((qa | qb) < 16 && r <= 11) [[likely]] {
-        // Each code as in PutRice, with one variable shift (without BMI2 every variable shift
-        // goes through CL, and two per code spilled the writer's state to the stack).
-        const uint64_t low_mask2 = (uint64_t{2} << r) - 1;  // 2 * low + 1 in r + 1 bits
+        const uint64_t low_mask2 = (uint64_t{2} << r) - 1;
         const int la = static_cast<int>(qa) + 1 + r;
-        const uint64_t code_a = ((((a << 1) | 1) & low_mask2) << qa) - 1;
-        const uint64_t code_b = ((((b << 1) | 1) & low_mask2) << qb) - 1;
-        return Put(code_a | code_b << la, la + static_cast<int>(qb) + 1 + r);
+        return Put(RiceBits(a, qa, low_mask2) | RiceBits(b, qb, low_mask2) << la, la + static_cast<int>(qb) + 1 + r);
       }
       PutRice(a, r);
       PutRice(b, r);
@@ -152,8 +148,8 @@ class BitWriter {
     // Put steps again: gaps at a few percent of change take such parameters.
     void PutRice4(uint64_t a, uint64_t b, uint64_t c, uint64_t d, int r) {
       if (((a | b | c | d) >> r) < 8 && r <= 5) [[likely]] {
-        const uint64_t low_mask2 = (uint64_t{2} << r) - 1;  // as in PutRice2
-        auto code = [&](uint64_t v) { return ((((v << 1) | 1) & low_mask2) << (v >> r)) - 1; };
+        const uint64_t low_mask2 = (uint64_t{2} << r) - 1;
+        auto code = [&](uint64_t v) { return RiceBits(v, v >> r, low_mask2); };
         const int la = static_cast<int>(a >> r) + 1 + r, lb = static_cast<int>(b >> r) + 1 + r;
         const int lc = static_cast<int>(c >> r) + 1 + r, ld = static_cast<int>(d >> r) + 1 + r;
         const uint64_t ab = code(a) | code(b) << la, cd = code(c) | code(d) << lc;
@@ -177,6 +173,12 @@ class BitWriter {
     }
 
    private:
+    // The bits of a Rice code whose quotient q = v >> r fits one Put, as PutRice writes them: q
+    // ones, a zero, then v's r low bits, i.e. (2 * low + 1) << q, minus 1; low_mask2 = (2 << r)
+    // - 1 keeps 2 * low + 1. One variable shift (without BMI2 every variable shift goes through
+    // CL, and two per code spilled the writer's state to the stack).
+    static uint64_t RiceBits(uint64_t v, uint64_t q, uint64_t low_mask2) { return ((((v << 1) | 1) & low_mask2) << q) - 1; }
+
     BitWriter& w_;
     uint8_t* buf_;
     size_t cap_;

@@ -16,7 +16,8 @@ namespace {
 // spare slots are trimmed at the end. Where the target diffs and extracts in one pass
 // (FusedDiffExtract) and the tile before had a change per word or more, the tile goes through
 // that pass into per-thread room for a whole tile instead, and is appended: the outputs cannot
-// grow by a whole tile beforehand (growing zero-fills), and the pass needs the room.
+// grow by a whole tile beforehand (growing zero-fills), and the pass needs the room. (Its old
+// bits go straight to the run's buffer, which never shrinks.)
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
                const DiffChunkFn& on_chunk) {
@@ -30,12 +31,18 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
   thread_local std::vector<uint8_t> run_old_bits;
   const bool fused = FusedDiffExtract(sizeof(U));
   thread_local std::vector<uint32_t> tile_positions;
-  thread_local std::vector<uint8_t> tile_values, tile_old_bits;
+  thread_local std::vector<uint8_t> tile_values;
   if (fused && tile_positions.empty()) {
     tile_positions.resize(kMaskTileElements + kExtractSlack);
     tile_values.resize((kMaskTileElements + kExtractSlack) * sizeof(U));  // per U: one per instantiation
-    tile_old_bits.resize(tile_values.size());
   }
+  // Where the next changes' old bits go, with room for `more` of them (nullptr without on_chunk).
+  auto old_bits_room = [&](size_t more) -> uint8_t* {
+    if (!on_chunk) return nullptr;
+    const size_t at = (have - chunk_from) * sizeof(U), room = at + more * sizeof(U);
+    if (run_old_bits.size() < room) run_old_bits.resize(room);
+    return run_old_bits.data() + at;
+  };
   bool dense = false;  // the tile before had at least one change per 64 elements
   auto end_run = [&] {  // hands the run's changes, if any, to on_chunk
     if (on_chunk && have > chunk_from) {
@@ -53,18 +60,13 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     const uint8_t* x = next + tile * sizeof(U);
     if (fused && dense) {
       const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, static_cast<uint32_t>(tile), tile_positions.data(),
-                                       tile_values.data(), on_chunk ? tile_old_bits.data() : nullptr);
+                                       tile_values.data(), old_bits_room(tn + kExtractSlack));
       dense = n >= tn / 64;
       if (n == 0) continue;
       out->positions.resize(have);  // drops the spare slots of a tile before (no fill)
       out->positions.insert(out->positions.end(), tile_positions.begin(), tile_positions.begin() + static_cast<ptrdiff_t>(n));
       out->values.resize(have * sizeof(U));
       out->values.insert(out->values.end(), tile_values.begin(), tile_values.begin() + static_cast<ptrdiff_t>(n * sizeof(U)));
-      if (on_chunk) {
-        const size_t at = (have - chunk_from) * sizeof(U);
-        if (run_old_bits.size() < at + n * sizeof(U)) run_old_bits.resize(at + n * sizeof(U));
-        std::memcpy(run_old_bits.data() + at, tile_old_bits.data(), n * sizeof(U));
-      }
       have += n;
       continue;
     }
@@ -73,14 +75,9 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     if (differ == 0) continue;
     out->positions.resize(have + differ + kExtractSlack);
     out->values.resize((have + differ + kExtractSlack) * sizeof(U));
-    uint8_t* old_bits = nullptr;
-    if (on_chunk) {
-      const size_t room = (have - chunk_from + differ + kExtractSlack) * sizeof(U);
-      if (run_old_bits.size() < room) run_old_bits.resize(room);
-      old_bits = run_old_bits.data() + (have - chunk_from) * sizeof(U);
-    }
     have += ExtractChanges(b, x, sizeof(U), tn, masks, differ, is_xor, static_cast<uint32_t>(tile),
-                           out->positions.data() + have, out->values.data() + have * sizeof(U), old_bits);
+                           out->positions.data() + have, out->values.data() + have * sizeof(U),
+                           old_bits_room(differ + kExtractSlack));
   }
   out->positions.resize(have);
   out->values.resize(have * sizeof(U));

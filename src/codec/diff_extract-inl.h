@@ -62,6 +62,20 @@ size_t ExtractWordsScalar(const uint8_t* base, const uint8_t* next, const uint64
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The changes among one vector of 2-byte elements (old ov, new nv) that mask m marks, in order:
+// their values (XOR of old and new, or new) to v16, their old bits to o16 (kOld), their indices
+// (index0 + lane) to idx, each as a whole vector. Returns how many.
+template <bool kOld, class D, class V, class M>
+HWY_INLINE size_t CompressChanges16(D d16, V ov, V nv, M m, bool is_xor, uint16_t index0, uint16_t* v16, uint16_t* o16,
+                                    uint16_t* idx) {
+  hn::StoreU(hn::Compress(is_xor ? hn::Xor(ov, nv) : nv, m), d16, v16);
+  if constexpr (kOld) hn::StoreU(hn::Compress(ov, m), d16, o16);
+  hn::StoreU(hn::Compress(hn::Iota(d16, index0), m), d16, idx);
+  return hn::CountTrue(d16, m);
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // AVX-512, 2-byte elements: every whole word is compressed in registers, 32 values and their
 // 16-bit positions per instruction, at a fixed cost per word and without a branch on its bits;
 // the positions are then widened 16 at a time (compressing them as 32-bit lanes took twice the
@@ -85,11 +99,9 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
   for (size_t w = 0; w < full; ++w) {
     const uint8_t* bits = reinterpret_cast<const uint8_t*>(masks + w);  // lane i: bit i, little-endian
     for (size_t j = 0; j < 64; j += 32) {
-      const auto nv = hn::LoadU(d16, b + 64 * w + j), ov = hn::LoadU(d16, a + 64 * w + j);
-      const auto m = hn::LoadMaskBits(d16, bits + j / 8);
-      hn::StoreU(hn::Compress(is_xor ? hn::Xor(ov, nv) : nv, m), d16, v16);
-      if constexpr (kOld) hn::StoreU(hn::Compress(ov, m), d16, o16);
-      const size_t n = CompressIndices16(bits + j / 8, static_cast<uint16_t>(64 * w + j), local + done);
+      const size_t n = CompressChanges16<kOld>(d16, hn::LoadU(d16, a + 64 * w + j), hn::LoadU(d16, b + 64 * w + j),
+                                               hn::LoadMaskBits(d16, bits + j / 8), is_xor,
+                                               static_cast<uint16_t>(64 * w + j), v16, o16, local + done);
       v16 += n, done += n;
       if constexpr (kOld) o16 += n;
     }
@@ -125,11 +137,8 @@ HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t
   size_t done = 0;
   for (size_t i = 0; i < whole; i += lanes) {
     const auto ov = hn::LoadU(d16, a + i), nv = hn::LoadU(d16, b + i);
-    const auto m = hn::Ne(ov, nv);
-    hn::StoreU(hn::Compress(is_xor ? hn::Xor(ov, nv) : nv, m), d16, v16 + done);
-    if constexpr (kOld) hn::StoreU(hn::Compress(ov, m), d16, o16 + done);
-    hn::StoreU(hn::Compress(hn::Iota(d16, static_cast<uint16_t>(i)), m), d16, local + done);
-    done += hn::CountTrue(d16, m);
+    done += CompressChanges16<kOld>(d16, ov, nv, hn::Ne(ov, nv), is_xor, static_cast<uint16_t>(i), v16 + done,
+                                    o16 + done, local + done);
   }
   WidenIndices(local, done, first, pos);  // writes up to 15 slots past `done`, rewritten below
   for (size_t i = whole; i < count; ++i) {

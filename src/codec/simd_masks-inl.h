@@ -36,19 +36,8 @@ HWY_INLINE uint64_t MaskWord(D d, M m) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Positions of set mask bits, 16-bit first (vpcompressw on AVX3_DL), then widened: a fixed cost
-// per word and no branch on its bits.
-// The indices offset + i of the set bits i of the 32 mask bits at `bits` (little-endian), in
-// ascending order at out[0, n); a whole vector is stored (32 slots). Returns n.
-HWY_INLINE size_t CompressIndices16(const uint8_t* bits, uint16_t offset, uint16_t* out) {
-  const hn::Full512<uint16_t> d16;
-  const auto m = hn::LoadMaskBits(d16, bits);
-  hn::StoreU(hn::Compress(hn::Add(hn::Iota(d16, 0), hn::Set(d16, offset)), m), d16, out);
-  uint32_t word;
-  std::memcpy(&word, bits, 4);
-  return static_cast<size_t>(PopCount64(word));
-}
-
+// Positions of set mask bits are compressed as 16-bit indices (vpcompressw on AVX3_DL;
+// diff_extract-inl.h) and widened here: a fixed cost per word and no branch on its bits.
 // out[k] = at + in[k] for k < n, 16 per step: reads up to 15 entries past in[n) and writes as
 // many past out[n).
 HWY_INLINE void WidenIndices(const uint16_t* in, size_t n, uint32_t at, uint32_t* out) {
