@@ -550,8 +550,9 @@ TEST(ApplySegment, RefusesASegmentOutsideTheTensorAndLeavesItUnchanged) {
 }
 
 // ApplyPayload on one and on two threads (the cut inside a segment and between segments, every
-// width, XOR and overwrite) writes exactly the new bits; a payload with one segment that does
-// not fit its tensor is refused before anything is written, on either thread count.
+// width, XOR and overwrite, dense changes and sparse ones, which the apply prefetches) writes
+// exactly the new bits; a payload with one segment that does not fit its tensor is refused
+// before anything is written, on either thread count.
 TEST(ApplyPayload, TwoThreadsWriteTheBitsOfOneAndABadSegmentWritesNothing) {
   std::mt19937_64 rng(5);
   struct Tensor {
@@ -563,7 +564,12 @@ TEST(ApplyPayload, TwoThreadsWriteTheBitsOfOneAndABadSegmentWritesNothing) {
   const std::vector<Tensor> layout = {{DType::kBF16, 30000, 0.3, ValueKind::kXor},
                                       {DType::kU8, 5000, 0.5, ValueKind::kOverwrite},
                                       {DType::kF32, 20000, 0.2, ValueKind::kXor},
-                                      {DType::kI64, 3000, 0.4, ValueKind::kXor}};
+                                      {DType::kI64, 3000, 0.4, ValueKind::kXor},
+                                      // Fewer than one change per 64 bytes: the prefetching apply.
+                                      {DType::kBF16, 200000, 0.004, ValueKind::kOverwrite},
+                                      {DType::kU8, 50000, 0.01, ValueKind::kXor},
+                                      {DType::kF32, 60000, 0.003, ValueKind::kOverwrite},
+                                      {DType::kI64, 30000, 0.01, ValueKind::kOverwrite}};
   std::vector<std::vector<uint8_t>> base, next;
   PayloadBuilder builder;
   for (size_t t = 0; t < layout.size(); ++t) {
