@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "base/thread_pool.h"
@@ -163,7 +164,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     // Read here: in code the helper runs, `builder` would name the helper's own thread_local.
     const uint64_t fit_stride = plain_only ? 1 : builder.fit_stride();
     auto diff_some = [&](FitCounts* counts) {
-      FitCounter fit_counter(fit_stride);
+      // Only payloads that may be coded in context mode fit bands: a plain-only one would zero,
+      // fold and add ~12 KiB of counts per thread for nothing.
+      std::optional<FitCounter> fit_counter;
+      if (!plain_only) fit_counter.emplace(fit_stride);
       for (size_t k; (k = next_taken.fetch_add(1, std::memory_order_relaxed)) < order.size();) {
         const size_t i = order[k];
         const PlannedSegment& seg = segments[i];
@@ -180,9 +184,9 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         if (plain_only)
           EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
         else
-          fit_counter.Count({spec.dtype, bytes_of(base[seg.tensor], seg)}, d.changes.positions);
+          fit_counter->Count({spec.dtype, bytes_of(base[seg.tensor], seg)}, d.changes.positions);
       }
-      fit_counter.AddTo(counts);
+      if (fit_counter) fit_counter->AddTo(counts);
       return Status::Ok();
     };
     (void)RunConcurrently([&] { return diff_some(&fit_counts[0]); }, [&] { return diff_some(&fit_counts[1]); });
