@@ -427,9 +427,10 @@ namespace {
 // changes on, so the cache misses of a large tensor overlap instead of being taken one at a
 // time. Dense ones (a change per cache line or more, on average) touch the lines in order, which
 // the hardware prefetcher follows; there the prefetch only costs instructions (Zen 5, the 4.8 %
-// pair's 70 k changes on one thread: ~50 -> ~42 us warm, no slower cold). On that CPU it did not pay for sparse
-// changes either (0.4 % pair: 4.2 us with it, 3.1 without, warm; equal cold: out-of-order
-// execution overlaps the independent misses); kept there for cores with shorter windows.
+// pair's 70 k changes on one thread: ~50 -> ~42 us warm, no slower cold). On that CPU it did not
+// pay for sparse changes either (0.4 % pair: 4.2 us with it, 3.1 without, warm; equal cold:
+// out-of-order execution overlaps the independent misses); kept there for cores with shorter
+// windows.
 constexpr size_t kApplyAhead = 32;
 
 // Changes [from, to): element pos[k] of `base` becomes vals[k] (XORed onto it with kXor). The
