@@ -36,15 +36,19 @@ std::vector<uint8_t> LocationCode(const std::vector<uint32_t>& pos, uint64_t cou
 }
 
 // Success when `code` decodes, as pos.size() changes among `count` elements in blocks of
-// 2^block_log2, to exactly `pos`, replacing what the output vector held before.
+// 2^block_log2, to exactly `pos`, replacing what the output vector held before: nothing, one
+// element, or more elements than `pos` (a vector reused from a larger payload keeps its size
+// while the decoder fills it).
 ::testing::AssertionResult DecodesTo(const std::vector<uint8_t>& code, uint64_t count, int block_log2,
                                      const std::vector<uint32_t>& pos) {
-  std::vector<uint32_t> back = {999};
-  Status s = DecodeLocations(code, count, block_log2, pos.size(), &back);
-  if (!s.ok()) return ::testing::AssertionFailure() << s.ToString();
-  if (back != pos)
-    return ::testing::AssertionFailure() << "decoded " << ::testing::PrintToString(back) << ", want "
-                                         << ::testing::PrintToString(pos);
+  for (size_t held : {size_t{0}, size_t{1}, pos.size() + 100}) {
+    std::vector<uint32_t> back(held, 0xdeadbeef);
+    Status s = DecodeLocations(code, count, block_log2, pos.size(), &back);
+    if (!s.ok()) return ::testing::AssertionFailure() << s.ToString() << " (output held " << held << ")";
+    if (back != pos)
+      return ::testing::AssertionFailure() << "decoded " << ::testing::PrintToString(back) << ", want "
+                                           << ::testing::PrintToString(pos) << " (output held " << held << ")";
+  }
   return ::testing::AssertionSuccess();
 }
 

@@ -237,11 +237,18 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
   return bytes;
 }
 
-Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                                 std::vector<uint32_t>* positions, size_t* consumed) {
-  if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
-  positions->clear();
-  positions->reserve(expected);
+// DecodeLocationsPrefix's blocks, into positions[0, *have) (*have: the positions decoded so far,
+// also on failure). The vector is grown block by block and never cleared: one reused from payload
+// to payload (as a receiver's decoder reuses its DecodedPayload) already has the room, where
+// clearing it would make every block's resize zero-fill what the block then overwrites. Growth
+// stays bounded by what the blocks decoded so far declare, at most one block more, as with
+// push_back.
+Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                            std::vector<uint32_t>* positions, size_t* have, size_t* consumed) {
+  auto room = [&](uint64_t n) {
+    if (positions->size() < *have + n) positions->resize(*have + n);
+    return positions->data() + *have;
+  };
   const uint64_t block = 1ull << block_log2;
   ByteReader r(in);
   uint64_t b = 0;
@@ -250,7 +257,7 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
     uint64_t n = 0;
     if (!r.ReadVarint(&n)) return BlockError(b, "truncated count");
     if (n > len) return BlockError(b, std::to_string(n) + " changes in " + std::to_string(len) + " elements");
-    if (positions->size() + n > expected) return BlockError(b, "more changes than the payload declares");
+    if (*have + n > expected) return BlockError(b, "more changes than the payload declares");
     if (n == 0) continue;
     uint8_t method = 0;
     if (!r.ReadByte(&method)) return BlockError(b, "truncated method");
@@ -260,9 +267,7 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
         if (!r.ReadByte(&k) || k > kMaxRiceK) return BlockError(b, "bad Rice parameter");
         BitReader bits(r.Rest());
         uint64_t next = start;  // smallest position the next change may take
-        const size_t at = positions->size();
-        positions->resize(at + n);  // within `expected`, reserved above
-        uint32_t* out = positions->data() + at;
+        uint32_t* out = room(n);
         const uint64_t end = start + len;
         bool beyond = false;
         const bool read = bits.GetRiceRun(n, k, len >> k, [&](uint64_t gap) {
@@ -279,6 +284,7 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
       case LocationMethod::kBitmap: {
         std::span<const uint8_t> bm;
         if (!r.ReadBytes((len + 7) / 8, &bm)) return BlockError(b, "truncated bitmap");
+        uint32_t* out = room(n);
         uint64_t seen = 0;
         for (uint64_t byte = 0; byte < bm.size(); ++byte) {
           uint32_t v = bm[byte];
@@ -286,8 +292,8 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
             uint64_t o = byte * 8 + static_cast<uint64_t>(std::countr_zero(v));
             v &= v - 1;
             if (o >= len) return BlockError(b, "bitmap bit beyond the block");
-            if (++seen > n) return BlockError(b, "bitmap holds more bits than the block count");
-            positions->push_back(static_cast<uint32_t>(start + o));
+            if (seen == n) return BlockError(b, "bitmap holds more bits than the block count");
+            out[seen++] = static_cast<uint32_t>(start + o);
           }
         }
         if (seen != n) return BlockError(b, "bitmap holds fewer bits than the block count");
@@ -296,6 +302,7 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
       case LocationMethod::kRanges: {
         uint64_t runs = 0;
         if (!r.ReadVarint(&runs) || runs == 0 || runs > n) return BlockError(b, "bad range count");
+        uint32_t* out = room(n);
         uint64_t next = start, seen = 0;
         for (uint64_t i = 0; i < runs; ++i) {
           uint64_t gap = 0, extra = 0;
@@ -304,8 +311,7 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
           uint64_t first = next + gap;
           if (first + extra >= start + len) return BlockError(b, "range beyond the block");
           if (seen + extra + 1 > n) return BlockError(b, "ranges cover more than the block count");
-          for (uint64_t p = first; p <= first + extra; ++p) positions->push_back(static_cast<uint32_t>(p));
-          seen += extra + 1;
+          for (uint64_t p = first; p <= first + extra; ++p) out[seen++] = static_cast<uint32_t>(p);
           next = first + extra + 1;
         }
         if (seen != n) return BlockError(b, "ranges cover fewer than the block count");
@@ -314,12 +320,23 @@ Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, in
       default:
         return BlockError(b, "unknown method " + std::to_string(method));
     }
+    *have += n;
   }
-  if (positions->size() != expected)
-    return Corrupt("location code holds " + std::to_string(positions->size()) + " changes, payload declares " +
+  if (*have != expected)
+    return Corrupt("location code holds " + std::to_string(*have) + " changes, payload declares " +
                    std::to_string(expected));
   *consumed = r.pos();
   return Status::Ok();
+}
+
+Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
+                                 std::vector<uint32_t>* positions, size_t* consumed) {
+  if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
+  positions->reserve(expected);
+  size_t have = 0;
+  const Status s = DecodeLocationBlocks(in, count, block_log2, expected, positions, &have, consumed);
+  positions->resize(have);  // cut to the positions decoded (a reused vector may hold more)
+  return s;
 }
 
 }  // namespace HWY_NAMESPACE
