@@ -356,6 +356,14 @@ TEST(SectionCoding, RoundTripsRawAndZstdAndRejectsWrongLengths) {
     EXPECT_EQ(back, *raw);
     EXPECT_EQ(DecompressSection(codec, stored, raw->size() + 1, &back).code(), StatusCode::kCorrupt);
     EXPECT_EQ(DecompressSection(codec, stored, raw->size() - 1, &back).code(), StatusCode::kCorrupt);
+    // SectionBytes: the same bytes and checks; a raw section is viewed where it is stored.
+    std::vector<uint8_t> scratch;
+    auto view = SectionBytes(codec, stored, raw->size(), &scratch);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_TRUE(std::equal(view->begin(), view->end(), raw->begin(), raw->end()));
+    EXPECT_EQ(view->data(), codec == SectionCodec::kRaw ? stored.data() : scratch.data());
+    EXPECT_EQ(SectionBytes(codec, stored, raw->size() + 1, &scratch).status().code(), StatusCode::kCorrupt);
+    EXPECT_EQ(SectionBytes(codec, stored, raw->size() - 1, &scratch).status().code(), StatusCode::kCorrupt);
   }
   std::vector<uint8_t> back;
   EXPECT_EQ(DecompressSection(SectionCodec::kZstd, noise, 100, &back).code(), StatusCode::kCorrupt);

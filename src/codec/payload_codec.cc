@@ -317,12 +317,13 @@ struct LocationInputs {
 };
 
 Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, LocationInputs* in) {
-  // Per thread and reused: the raw location section of a large payload is megabytes, which a
-  // fresh buffer would map and fault in for every payload.
+  // A raw section is read where it lies in the payload. A compressed one is restored into a
+  // buffer per thread, reused: the raw location section of a large payload is megabytes, which
+  // a fresh buffer would map and fault in for every payload.
   thread_local std::vector<uint8_t> loc;
-  DCR_RETURN_IF_ERROR(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc)
-                          .WithContext("payload location section"));
-  in->loc = std::span<const uint8_t>(loc.data(), layout.loc_raw);
+  auto bytes = SectionBytes(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc);
+  if (!bytes.ok()) return bytes.status().WithContext("payload location section");
+  in->loc = *bytes;
   if (!NeedsOldBits(layout.mode)) return Status::Ok();
   if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
   const size_t nseg = layout.segments.size();

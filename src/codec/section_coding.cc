@@ -55,13 +55,31 @@ SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::
   return SectionCodec::kRaw;
 }
 
+namespace {
+
+Status CheckRawLength(std::span<const uint8_t> stored, uint64_t raw_len) {
+  if (stored.size() != raw_len)
+    return Corrupt("raw section of " + std::to_string(stored.size()) + " bytes, header says " + std::to_string(raw_len));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::span<const uint8_t>> SectionBytes(SectionCodec codec, std::span<const uint8_t> stored, uint64_t raw_len,
+                                              std::vector<uint8_t>* scratch) {
+  if (codec == SectionCodec::kRaw) {
+    DCR_RETURN_IF_ERROR(CheckRawLength(stored, raw_len));
+    return stored;
+  }
+  DCR_RETURN_IF_ERROR(DecompressSection(codec, stored, raw_len, scratch));
+  return std::span<const uint8_t>(scratch->data(), raw_len);
+}
+
 Status DecompressSection(SectionCodec codec, std::span<const uint8_t> stored, uint64_t raw_len,
                          std::vector<uint8_t>* out) {
   switch (codec) {
     case SectionCodec::kRaw:
-      if (stored.size() != raw_len)
-        return Corrupt("raw section of " + std::to_string(stored.size()) + " bytes, header says " +
-                       std::to_string(raw_len));
+      DCR_RETURN_IF_ERROR(CheckRawLength(stored, raw_len));
       out->assign(stored.begin(), stored.end());
       return Status::Ok();
     case SectionCodec::kZstd: {

@@ -24,6 +24,12 @@ inline constexpr int kZstdProbeLevel = -1;
 // probe cannot shrink, are raw without trying). Deterministic.
 SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::vector<uint8_t>* out);
 
+// The section's `raw_len` raw bytes, with DecompressSection's checks: `stored` itself when it is
+// raw (no copy), else decompressed into *scratch. The view lives as long as `stored` or
+// *scratch, whichever it points into.
+Result<std::span<const uint8_t>> SectionBytes(SectionCodec codec, std::span<const uint8_t> stored, uint64_t raw_len,
+                                              std::vector<uint8_t>* scratch);
+
 // Restores exactly `raw_len` bytes into `out` (resized); kCorrupt if `stored` does not decode to
 // exactly that many bytes. Memory used is bounded by raw_len, which the caller must bound.
 Status DecompressSection(SectionCodec codec, std::span<const uint8_t> stored, uint64_t raw_len,
