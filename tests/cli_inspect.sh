@@ -95,7 +95,7 @@ if codec == "plain":
     assert modes == {"plain": n}, modes
 else:
     assert j["context_payloads"] > 0, modes
-assert set(modes) <= {"plain", "context", "context_bands", "context_parts"}, modes
+assert set(modes) <= {"plain", "context", "context_bands", "context_parts", "context_split_rice"}, modes
 assert set(codecs) <= {"planes_raw", "planes_zstd", "huffman", "huffman_streams"}, codecs' "$WORK/out" $codec ||
     fail "inspect --json payload_modes/value_codecs of the $codec delta: $(cat "$WORK/out")"
   run_expect 0 "$DCR" inspect modes_$codec.dcr

@@ -61,6 +61,7 @@ int InspectDelta(const std::string& path, bool json) {
       case CodecMode::kContext: return "context";
       case CodecMode::kContextBands: return "context_bands";
       case CodecMode::kContextParts: return "context_parts";
+      case CodecMode::kContextSplitRice: return "context_split_rice";
     }
     return "mode_" + std::to_string(m);  // ParsePayload refuses others; kept total for the switch
   };

@@ -14,6 +14,7 @@
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
+#include "codec/split_rice.h"
 
 namespace dcr {
 namespace {
@@ -22,6 +23,7 @@ std::atomic<uint64_t> g_helper_parts{0};
 
 // The location section's fields before the bit streams, and each part's stream.
 struct BandedHeader {
+  BandedForm form = BandedForm::kParts;
   ContextBands bands;
   size_t parts = 1;
   std::array<BandWords, kMaxBandParts> count{};  // [part][band]: changed elements
@@ -31,9 +33,11 @@ struct BandedHeader {
 
 // Reads and checks everything before the bit streams (mode 2: one part, without the part count
 // and stream lengths). Errors name the part only where there are several.
-Status ReadBandedHeader(std::span<const uint8_t> in, bool in_parts, uint64_t total_elements, uint64_t total_expected,
+Status ReadBandedHeader(std::span<const uint8_t> in, BandedForm form, uint64_t total_elements, uint64_t total_expected,
                         BandedHeader* h) {
   ByteReader r(in);
+  h->form = form;
+  const bool in_parts = form != BandedForm::kOnePart;
   uint8_t k8 = 0;
   if (!r.ReadByte(&k8) || k8 == 0 || k8 > kMaxContextBands) return Corrupt("banded context code: bad band count");
   h->bands.k = k8;
@@ -98,16 +102,25 @@ class PartDecoder {
     const BandPartStart& from = starts_[p];
     const BandPartStart& to = starts_[p + 1];
     const uint64_t elements = to.at - from.at;
-    BitReader bits(h_.stream[p]);
     std::array<const uint64_t*, kMaxContextBands> ord{};
-    uint64_t* o = ordinals;
-    for (size_t b = 0; b < kMaxContextBands; ++b) {
-      if (!GetRiceOrdinals(bits, h_.count[p][b], h_.rice[p][b], elements, o))
-        return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b) + part);
-      ord[b] = o;
-      o += h_.count[p][b];
+    if (h_.form == BandedForm::kPartsSplitRice) {
+      const size_t k = static_cast<size_t>(h_.bands.k);
+      const SplitRiceError e = GetSplitRiceOrdinals(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
+                                                    std::span<const uint8_t>(h_.rice[p]).first(k), elements, ordinals);
+      if (!e.ok()) return Corrupt("banded context code: " + e.Message() + part);
+      const uint64_t* o = ordinals;
+      for (size_t b = 0; b < kMaxContextBands; o += h_.count[p][b++]) ord[b] = o;
+    } else {
+      BitReader bits(h_.stream[p]);
+      uint64_t* o = ordinals;
+      for (size_t b = 0; b < kMaxContextBands; ++b) {
+        if (!GetRiceOrdinals(bits, h_.count[p][b], h_.rice[p][b], elements, o))
+          return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b) + part);
+        ord[b] = o;
+        o += h_.count[p][b];
+      }
+      if (bits.bytes_consumed() != h_.stream[p].size()) return Corrupt("banded context code: trailing bytes" + part);
     }
-    if (bits.bytes_consumed() != h_.stream[p].size()) return Corrupt("banded context code: trailing bytes" + part);
 
     // The part's changes are payload-order changes [c0, c1): segment s gets the ones among its
     // own [segment_first_[s], segment_first_[s + 1]), from slot c0 - segment_first_[s] on.
@@ -177,14 +190,14 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 
 uint64_t GetBandPartsDecodedByHelper() { return g_helper_parts.load(); }
 
-Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::span<const ContextSegment> segs,
+Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads, ClaimableTask* also) {
   const uint64_t total_elements = TotalElements(segs);
   uint64_t total_expected = 0;
   for (uint64_t e : expected) total_expected += e;
   BandedHeader h;
-  DCR_RETURN_IF_ERROR(ReadBandedHeader(in, in_parts, total_elements, total_expected, &h));
+  DCR_RETURN_IF_ERROR(ReadBandedHeader(in, form, total_elements, total_expected, &h));
   for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
   const PartDecoder decoder(h, segs, total_elements, expected, positions);
   // Ordinals of every part, part after part (8 bytes per change): the calling thread's buffer,

@@ -1,10 +1,12 @@
-// Banded context-mode location coding (payload codec modes 2 and 3, docs/format.md §2.7-2.8). Both sides hold
+// Banded context-mode location coding (payload codec modes 2-4, docs/format.md §2.7-2.9). Both sides hold
 // the old bits, and the exponent of an element's old value predicts whether it changes (one BF16
 // ulp is smaller for small magnitudes). The encoder cuts the class axis (the exponent field,
 // ContextClassFor) into at most 8 contiguous bands fitted to the payload; each band's elements,
 // taken in payload order across all segments, form a sequence in which the changed ones are
-// Rice-coded by gap with a parameter fitted to that band. Mode 3 (written) codes the payload in
-// parts that threads code and decode independently; mode 2 (read) is one part.
+// Rice-coded by gap with a parameter fitted to that band. Mode 4 (written) codes the payload in
+// parts that threads code and decode independently, each part's Rice codes split into a
+// remainder and a unary area (split_rice.h); mode 3 (read) interleaves them, mode 2 (read) is
+// one part.
 //
 // On the real trajectories deltas with fitted bands are within 0.2 % of their size with one class
 // per exponent value (mode 1, context_coding.h), and both directions are several times faster:
@@ -61,7 +63,12 @@ struct BandPartStart {
 using BandPartStarts = std::array<BandPartStart, kMaxBandParts + 1>;
 BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts);
 
-// Appends the banded code in parts (mode 3) of the changed positions (positions[i] ascending,
+// The banded code's forms (docs/format.md §2.7-2.9): one part without the part fields (mode 2),
+// parts with interleaved Rice codes (mode 3), parts with split Rice streams (mode 4,
+// split_rice.h).
+enum class BandedForm : uint8_t { kOnePart, kParts, kPartsSplitRice };
+
+// Appends the banded code in parts (mode 4, or mode 3 without `split_rice`) of the changed positions (positions[i] ascending,
 // relative to segment i, at least one in all) to `out`, with ChooseBandParts(total elements,
 // part_elements) parts. Deterministic: a function of the segments' bytes and part_elements
 // only, the same with any thread count. The band fit's counts are `counted` if given (every
@@ -76,19 +83,19 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
                            ClaimableTask* also = nullptr, ClaimableTask* filler = nullptr,
-                           const FitCounts* counted = nullptr);
+                           const FitCounts* counted = nullptr, bool split_rice = true);
 
 // Whether EncodeBandedLocations uses a second thread for these segments.
 bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads);
 
-// Inverse, for mode 2 (`in_parts` false: one part without the part fields, §2.7) and mode 3:
+// Inverse, for every form:
 // fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails with
 // kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the sum
 // of `expected`. With threads >= 2, a helper thread may decode parts (when it comes in time);
 // positions and errors are the same as with one thread (the first failing part's error). With
 // threads >= 2, the helper also runs `also` (another section's decode) if no thread has claimed
 // it; the caller runs it afterwards if it is still unclaimed.
-Status DecodeBandedLocations(std::span<const uint8_t> in, bool in_parts, std::span<const ContextSegment> segs,
+Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
                              int threads = 1, ClaimableTask* also = nullptr);
 

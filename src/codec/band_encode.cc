@@ -11,6 +11,7 @@
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
+#include "codec/split_rice.h"
 
 namespace dcr {
 namespace {
@@ -36,22 +37,30 @@ std::vector<std::span<const uint32_t>> PartPositions(std::span<const std::span<c
 }
 
 // Codes part [from, to): the walk writes band b's gaps to gaps[offset[b]...] (room for all of the
-// band's changes), then each band's Rice parameter is fitted to the part's gaps.
+// band's changes), then each band's Rice parameter is fitted to the part's gaps, and the codes
+// are written split (mode 4) or interleaved (mode 3).
 void CodePart(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
               const ContextBands& bands, const BandWords& offset, const BandPartStart& from, const BandPartStart& to,
-              uint64_t* gaps, CodedPart* out) {
+              bool split_rice, uint64_t* gaps, CodedPart* out) {
   const std::vector<std::span<const uint32_t>> part = PartPositions(positions, from, to);
   const EncodeWalkEnd walked = EncodeBandWalk(segs, part, bands, offset, gaps,
                                               {from.seg, to.seg_end(), from.elem, to.end_elem()});
-  out->stream.clear();
-  BitWriter w(out->stream);
-  for (size_t b = 0; b < static_cast<size_t>(bands.k); ++b) {
-    const std::span<const uint64_t> g(gaps + offset[b], walked.written[b]);
-    out->count[b] = g.size();
-    if (g.empty()) continue;
-    out->rice[b] = static_cast<uint8_t>(BestRiceParameter(g, walked.population[b]));
-    PutRiceGaps(w, g, out->rice[b]);
+  std::array<RiceRun, kMaxContextBands> runs{};
+  const size_t k = static_cast<size_t>(bands.k);
+  for (size_t b = 0; b < k; ++b) {
+    runs[b].gaps = std::span<const uint64_t>(gaps + offset[b], walked.written[b]);
+    out->count[b] = runs[b].gaps.size();
+    if (!runs[b].gaps.empty())
+      runs[b].r = out->rice[b] = static_cast<uint8_t>(BestRiceParameter(runs[b].gaps, walked.population[b]));
   }
+  out->stream.clear();
+  if (split_rice) {
+    PutSplitRice(std::span<const RiceRun>(runs).first(k), &out->stream);
+    return;
+  }
+  BitWriter w(out->stream);
+  for (size_t b = 0; b < k; ++b)
+    if (!runs[b].gaps.empty()) PutRiceGaps(w, runs[b].gaps, runs[b].r);
   w.Flush();
 }
 
@@ -80,8 +89,8 @@ class BandedEncode {
   // `helper`: a second thread runs Help (else Main does everything). `counted`: the fit's
   // counts, if made beforehand.
   BandedEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-               uint64_t part_elements, bool helper, const FitCounts* counted)
-      : segs_(segs), positions_(positions), counted_before_(counted) {
+               uint64_t part_elements, bool helper, const FitCounts* counted, bool split_rice)
+      : segs_(segs), positions_(positions), counted_before_(counted), split_rice_(split_rice) {
     const uint64_t total = TotalElements(segs);
     for (const std::span<const uint32_t>& p : positions) total_changes_ += p.size();
     parts_ = ChooseBandParts(total, part_elements);
@@ -140,14 +149,15 @@ class BandedEncode {
   }
   // Gaps go to this thread's scratch buffer (room for every change, band b's from offset_[b]).
   void CodeOne(size_t p) {
-    CodePart(segs_, positions_, fit_.bands, offset_, starts_[p], starts_[p + 1], ScratchWords(total_changes_).data(),
-             &coded_[p]);
+    CodePart(segs_, positions_, fit_.bands, offset_, starts_[p], starts_[p + 1], split_rice_,
+             ScratchWords(total_changes_).data(), &coded_[p]);
     coded_parts_.fetch_add(1, std::memory_order_release);
   }
 
   std::span<const ContextSegment> segs_;
   std::span<const std::span<const uint32_t>> positions_;
   const FitCounts* counted_before_;
+  bool split_rice_;
   uint64_t total_changes_ = 0;
   size_t parts_ = 1;
   BandPartStarts starts_{};
@@ -167,9 +177,9 @@ bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads) {
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* also,
-                           ClaimableTask* filler, const FitCounts* counted) {
+                           ClaimableTask* filler, const FitCounts* counted, bool split_rice) {
   const bool helper = EncodeUsesHelper(segs, threads);
-  BandedEncode encode(segs, positions, part_elements, helper, counted);
+  BandedEncode encode(segs, positions, part_elements, helper, counted, split_rice);
   if (helper) {
     auto side = [&] {
       encode.Help(filler, also);

@@ -1,28 +1,32 @@
-// Codec tests, part 7: banded context modes (modes 2 and 3, docs/format.md §2.7-2.8) on hostile
+// Codec tests, part 7: banded context modes (modes 2 to 4, docs/format.md §2.7-2.9) on hostile
 // input. Every truncation and bit flip is refused; re-signed band tables and part fields that
 // break a rule of the format are kCorrupt; random edits are refused or decode well formed;
 // hand-built codes written from the format description decode, and the encoder's fit of a small
 // case is pinned.
 #include "codec/context_test_support.h"
+#include "codec/split_rice.h"
 
 namespace dcr {
 namespace {
 
 TEST(BandHostile, EveryTruncationAndEveryBitFlipIsCorrupt) {
-  for (double density : {0.02, 1.0}) {
-    ContextPayload c(density, 2000);
-    ASSERT_EQ(ModeOf(c.p), CodecMode::kContextParts);
-    ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, c.p)) << "density " << density;
-  }
+  for (const auto mode : {ContextPayload::Mode::kBands, ContextPayload::Mode::kInterleaved})
+    for (double density : {0.02, 1.0}) {
+      ContextPayload c(density, 2000, mode);
+      ASSERT_EQ(ModeOf(c.p), mode == ContextPayload::Mode::kBands ? CodecMode::kContextSplitRice : CodecMode::kContextParts);
+      ASSERT_NO_FATAL_FAILURE(ExpectEveryTruncationAndBitFlipCorrupt(c.w, c.p))
+          << "density " << density << " mode " << static_cast<int>(ModeOf(c.p));
+    }
 }
 
 // A BF16 payload whose changes depend on the old exponent as in training (small magnitudes change
 // more often), so the encoder fits several bands; plus an F32 segment. In `parts` parts (1, or
-// several with parts of 4096 elements: n must allow them).
+// several with parts of 4096 elements: n must allow them). Mode 4 (split Rice streams) as the
+// encoder writes it, or mode 3 without `split_rice`.
 struct ExponentPayload {
   World w;
   std::vector<uint8_t> p;
-  explicit ExponentPayload(uint64_t n, uint64_t part_elements = kDefaultBandPartElements) {
+  explicit ExponentPayload(uint64_t n, uint64_t part_elements = kDefaultBandPartElements, bool split_rice = true) {
     std::mt19937_64 rng(7);
     auto by_exponent = [](uint64_t v) {
       const uint64_t e = (v >> 7) & 0xff;
@@ -32,11 +36,12 @@ struct ExponentPayload {
     w.Add(2, DType::kF32, 400, rng, 0, 400, 0.05);
     EncodeOptions o = With(Context::kAlways);
     o.band_part_elements = part_elements;
+    o.split_rice = split_rice;
     p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, n}, {2, DType::kF32, ValueKind::kXor, 0, 400}}, o);
   }
 };
 
-// The fields of a mode-3 location code: band count, thresholds, part count, per part and band
+// The fields of a mode-3 or mode-4 location code: band count, thresholds, part count, per part and band
 // (count, Rice parameter when the count is not 0), the stream lengths of all parts but the last,
 // then the bit streams (`bits`, all parts' back to back).
 struct BandCode {
@@ -91,7 +96,7 @@ struct BandCode {
 
 TEST(BandHostile, ResignedBadBandTablesAreCorrupt) {
   const ExponentPayload c(20000);
-  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextParts);
+  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextSplitRice);
   const auto raw = LocationSection(c.p);
   const BandCode code = BandCode::Parse(raw);
   ASSERT_GE(code.k, 3) << "the fit should use several bands on exponent-dependent changes";
@@ -204,7 +209,8 @@ TEST(BandHostile, ResignedBadPartFieldsAreCorrupt) {
 // the part count byte: such a payload decodes to the same changes, and its truncations and bit
 // flips are corrupt.
 TEST(BandHostile, ModeTwoPayloadsDecodeLikeOnePartModeThree) {
-  const ExponentPayload c(3000);
+  const ExponentPayload c(3000, kDefaultBandPartElements, false);
+  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextParts);
   auto loc = LocationSection(c.p);
   const BandCode code = BandCode::Parse(loc);
   ASSERT_EQ(code.part_count, 1);
@@ -222,10 +228,12 @@ TEST(BandHostile, ModeTwoPayloadsDecodeLikeOnePartModeThree) {
 }
 
 TEST(BandHostile, ResignedRandomLocationEditsAreCorruptOrWellFormed) {
-  const ExponentPayload c(3000);
-  int refused = 0;
-  ASSERT_NO_FATAL_FAILURE(ExpectRandomLocationEditsCorruptOrWellFormed(c.w, c.p, 9, 24, &refused));
-  EXPECT_GT(refused, 2000);
+  for (bool split_rice : {true, false}) {
+    const ExponentPayload c(3000, kDefaultBandPartElements, split_rice);
+    int refused = 0;
+    ASSERT_NO_FATAL_FAILURE(ExpectRandomLocationEditsCorruptOrWellFormed(c.w, c.p, 9, 24, &refused)) << split_rice;
+    EXPECT_GT(refused, 2000) << split_rice;
+  }
 }
 
 TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
@@ -308,8 +316,9 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     b.AddDiff({7, DType::kBF16, ValueKind::kOverwrite, 100, 16}, bf16_base, next);
     std::vector<uint8_t> p;
     b.Finish(kIdentity, &p);
-    EXPECT_EQ(ModeOf(p), CodecMode::kContextParts);
-    EXPECT_EQ(LocationSection(p), (std::vector<uint8_t>{1, 1, 2, 1, 0b00110}));
+    // Mode 4: remainders 1, 0 (0b01), then quotients 0, 1 as 1, 01 (0b101).
+    EXPECT_EQ(ModeOf(p), CodecMode::kContextSplitRice);
+    EXPECT_EQ(LocationSection(p), (std::vector<uint8_t>{1, 1, 2, 1, 0b01, 0b101}));
     DecodedPayload e;
     ASSERT_TRUE(DecodePayload(p, &e, bf16_lookup).ok());
     EXPECT_EQ(e.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
@@ -352,6 +361,59 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
   EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 12}));
   EXPECT_EQ(two_parts({1, 2, 2, 0, 0, 2, 0xdf, 0x0f, 0x00}).code(), kC);  // a byte in part 1's stream
   EXPECT_EQ(two_parts({1, 3, 1, 0, 1, 0, 0, 1, 0x1f, 0x7f}).code(), kC);  // 3 parts need 12288 elements
+}
+
+// Mode 4 payloads written from the format (§2.9): mode 3's fields, each part's stream split into
+// its remainders and its quotients (zeros, then a one), on the SIMD and the scalar decoder.
+TEST(BandHostile, HandBuiltSplitRiceCodesFollowTheFormat) {
+  const auto kC = StatusCode::kCorrupt;
+  for (bool scalar : {false, true}) {
+    SCOPED_TRACE(scalar ? "scalar" : "simd");
+    ForceScalarSplitRice(scalar);
+    DecodedPayload d;
+    // BF16 overwrite as in HandBuiltBandCodesFollowTheFormat: changes at 1 (band 1, gap 0) and 4
+    // (band 0, gap 2). Rice 0: quotients 001 then 1. Rice 1 and 2: remainders 0 | 00, then 01 | 1.
+    std::vector<uint8_t> bf16_base(32);
+    for (size_t i = 0; i < 16; ++i) StoreElem(bf16_base, i, 2, i % 2 ? 0x4000 : 0x3f80);
+    BaseLookup bf16_lookup = [&](const SegmentSpec&) -> Result<std::span<const uint8_t>> {
+      return std::span<const uint8_t>(bf16_base);
+    };
+    const auto bf16_table = Seg(DType::kBF16, ValueKind::kOverwrite, 7, 100, 16, 2);
+    auto bf16 = [&](const std::vector<uint8_t>& loc) {
+      return DecodePayload(CraftContext(CodecMode::kContextSplitRice, 1, bf16_table, loc, {0x11, 0x22, 0x33, 0x44}), &d,
+                           bf16_lookup);
+    };
+    for (const auto& loc : {std::vector<uint8_t>{2, 0x80, 1, 1, 0, 1, 0, 0b1100},
+                            std::vector<uint8_t>{2, 0x80, 1, 1, 1, 1, 2, 0b000, 0b110}}) {
+      const Status s = bf16(loc);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(d.mode, CodecMode::kContextSplitRice);
+      EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
+      EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
+    }
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 0, 1, 0, 0x04, 0x08}).code(), kC);   // band 1's ordinal 8 of its 8 members
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 1, 1, 2, 0b1000, 0b110}).code(), kC);  // nonzero remainder padding
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 0, 1, 0, 0b1100, 0}).code(), kC);     // trailing byte
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 0, 1, 0, 0b0100}).code(), kC);        // band 1's terminator missing
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 0, 1, 0}).code(), kC);                // no stream
+    // The interleaved code of the same changes (001 1, the same bits here) read as mode 4 differs
+    // only where rice > 0: rice 1 and 2 interleaved (01 0 | 1 00) is not a split code.
+    EXPECT_EQ(bf16({2, 0x80, 1, 1, 1, 1, 2, 0b00101}).code(), kC);
+    // Two parts of a U8 segment of 8192 elements (part 1 from element 4096): changes at 5 (gap
+    // 5: 00000 1) and 4103 (ordinal 7 in part 1: 0000000 1); part 0's stream is a byte long.
+    std::vector<uint8_t> big(8192, 3);
+    BaseLookup big_lookup = [&](const SegmentSpec&) -> Result<std::span<const uint8_t>> { return std::span<const uint8_t>(big); };
+    const auto big_table = Seg(DType::kU8, ValueKind::kXor, 0, 0, 8192, 2);
+    auto two_parts = [&](const std::vector<uint8_t>& loc) {
+      return DecodePayload(CraftContext(CodecMode::kContextSplitRice, 1, big_table, loc, {1, 2}), &d, big_lookup);
+    };
+    const Status s = two_parts({1, 2, 1, 0, 1, 0, 1, 0x20, 0x80});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 4103}));
+    EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 2, 0x20, 0x80}).code(), kC);  // part 0's stream two bytes long
+    EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 1, 0x20, 0x80, 0x00}).code(), kC);  // a byte after part 1's code
+    ForceScalarSplitRice(false);
+  }
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ TEST(ContextRoundTrip, EveryDTypeDensityAndKind) {
         // unless every element changed (one bit per element, as the limit's bitmap term, plus the
         // class table is over the limit when there are many classes).
         if (density < 1.0 || FloatBits(t).first == 0) {
-          EXPECT_EQ(m, CodecMode::kContextParts) << what;
+          EXPECT_EQ(m, CodecMode::kContextSplitRice) << what;
         }
         if (testing::Test::HasFailure()) return;
       }
@@ -52,9 +52,9 @@ TEST(ContextRoundTrip, MixedDTypesShareOneClassCodePerPayload) {
     w.Add(i * 2, types[i], 5000, rng, 0, 5000, i % 2 ? 0.05 : 0.005);
     specs.push_back({i * 2, types[i], i % 3 ? ValueKind::kXor : ValueKind::kOverwrite, 0, 5000});
   }
-  EXPECT_EQ(ExpectContextRoundTrip(w, specs, "mixed"), CodecMode::kContextParts);
+  EXPECT_EQ(ExpectContextRoundTrip(w, specs, "mixed"), CodecMode::kContextSplitRice);
   for (int block_log2 : {3, 8, 12})
-    EXPECT_EQ(ExpectContextRoundTrip(w, specs, "mixed, blocks 2^" + std::to_string(block_log2), block_log2), CodecMode::kContextParts);
+    EXPECT_EQ(ExpectContextRoundTrip(w, specs, "mixed, blocks 2^" + std::to_string(block_log2), block_log2), CodecMode::kContextSplitRice);
 }
 
 TEST(ContextRoundTrip, SmallSegmentsWithManyClassesAndEveryElementChanged) {
@@ -79,7 +79,7 @@ TEST(ContextRoundTrip, SmallSegmentsWithManyClassesAndEveryElementChanged) {
         }
         specs.push_back({tensor, t, ValueKind::kXor, 0, n});
       }
-      (ExpectContextRoundTrip(w, specs, std::string(DTypeName(t)) + " n " + std::to_string(n)) == CodecMode::kContextParts ? context : plain)++;
+      (ExpectContextRoundTrip(w, specs, std::string(DTypeName(t)) + " n " + std::to_string(n)) == CodecMode::kContextSplitRice ? context : plain)++;
       if (testing::Test::HasFailure()) return;
     }
   }
@@ -113,7 +113,7 @@ TEST(ContextRoundTrip, WhenSmallerPicksContextWhenTheExponentPredictsChangesAndP
   const std::vector<SegmentSpec> specs = {{0, DType::kBF16, ValueKind::kXor, 0, 100000}};
   ExpectContextRoundTrip(w, specs, "exponent-predicted");
   const auto smaller = w.Encode(specs, With(Context::kWhenSmaller));
-  EXPECT_EQ(ModeOf(smaller), CodecMode::kContextParts);
+  EXPECT_EQ(ModeOf(smaller), CodecMode::kContextSplitRice);
   EXPECT_LT(smaller.size(), w.Encode(specs, With(Context::kNever)).size());
   // One contiguous run: plain location coding stores it as a range; context mode cannot beat that.
   World r;
@@ -139,7 +139,7 @@ TEST(ContextRoundTrip, EverySimdTargetAndBothBitDepositsGiveTheSameBytesAndPosit
                                           {1, DType::kF32, ValueKind::kXor, 0, 9000},
                                           {2, DType::kF16, ValueKind::kOverwrite, 17, 4983}};
   const auto want = w.Encode(specs, With(Context::kAlways));
-  ASSERT_EQ(ModeOf(want), CodecMode::kContextParts);
+  ASSERT_EQ(ModeOf(want), CodecMode::kContextSplitRice);
   ForEachSimdTarget([&](const std::string& target) {
     for (bool portable : {false, true}) {
       const std::string what = target + (portable ? ", portable deposit" : "");
@@ -166,7 +166,7 @@ TEST(ContextDecode, WithoutABaseIsUnsupportedButTheLayoutParses) {
   EXPECT_FALSE(s.message().empty());
   PayloadLayout l;
   ASSERT_TRUE(ParsePayload(c.p, &l).ok());
-  EXPECT_EQ(l.mode, CodecMode::kContextParts);
+  EXPECT_EQ(l.mode, CodecMode::kContextSplitRice);
   EXPECT_EQ(l.identity, kIdentity);
   ASSERT_EQ(l.segments.size(), c.specs.size());
   for (size_t i = 0; i < l.segments.size(); ++i) {
@@ -175,7 +175,7 @@ TEST(ContextDecode, WithoutABaseIsUnsupportedButTheLayoutParses) {
     EXPECT_EQ(l.segments[i].count, c.specs[i].count);
     EXPECT_GT(l.changed[i], 0u);
   }
-  EXPECT_EQ(c.p[kMode], 3);
+  EXPECT_EQ(c.p[kMode], static_cast<uint8_t>(CodecMode::kContextSplitRice));
   auto id = PeekPayloadIdentity(c.p);
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(*id, kIdentity);

@@ -101,7 +101,7 @@ void ExpectPartsAgree(SecondPartWalker walker) {
       const World w = SplitWorld(kSplitLayouts[l], rng, &specs);
       const std::vector<uint8_t> p = w.Encode(specs, InParts(Context::kAlways, part_elements));
       const std::string what = "layout " + std::to_string(l) + ", parts of " + std::to_string(part_elements);
-      ASSERT_EQ(ModeOf(p), CodecMode::kContextParts) << what;
+      ASSERT_EQ(ModeOf(p), CodecMode::kContextSplitRice) << what;
       const size_t parts = PartsOf(p);
       EXPECT_EQ(parts, part_elements == 120000 ? 2u : part_elements == 60000 ? 4u : 8u) << what;
       const uint64_t before = GetBandPartsDecodedByHelper();

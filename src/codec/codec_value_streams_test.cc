@@ -292,7 +292,7 @@ TEST(ValueStreams, PayloadsDecodeAndFailAlikeOnOneAndTwoThreads) {
   ctx.band_part_elements = 8192;
   const std::vector<uint8_t> c1 = encode(ctx, 1);
   ASSERT_EQ(c1[kValCodec], static_cast<uint8_t>(ValueCodec::kHuffmanStreams));
-  ASSERT_EQ(c1[kMode], static_cast<uint8_t>(CodecMode::kContextParts));
+  ASSERT_EQ(c1[kMode], static_cast<uint8_t>(CodecMode::kContextSplitRice));
   for (SecondPartWalker who : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn}) {
     SetSecondPartWalkerForTests(who);
     for (int rep = 0; rep < 20; ++rep) EXPECT_EQ(encode(ctx, 2), c1) << "walker " << static_cast<int>(who);

@@ -248,7 +248,7 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
     }
     EncodeBandedLocations(segs, positions, &code);
   }
-  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextParts : CodecMode::kPlain;
+  const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextSplitRice : CodecMode::kPlain;
   EXPECT_EQ(ModeOf(ctx), want) << what << ": context code " << code.size() << " bytes";
   if (want == CodecMode::kPlain) {
     EXPECT_EQ(ctx, plain) << what;
@@ -271,7 +271,7 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   EXPECT_TRUE(DecodePayload(plain, &dpb, w.Lookup()).ok());
   ExpectSameSegments(dp, dpb, what + " (plain with base)");
   // Without the old bits a context payload cannot be decoded.
-  if (want == CodecMode::kContextParts) {
+  if (want == CodecMode::kContextSplitRice) {
     DecodedPayload none;
     EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
   }
@@ -413,7 +413,9 @@ struct ContextPayload {
   World w;
   std::vector<SegmentSpec> specs;
   std::vector<uint8_t> p;
-  enum class Mode { kBands, kLegacy };
+  // kBands: as the encoder writes it (mode 4, split Rice streams); kInterleaved: mode 3;
+  // kLegacy: mode 1.
+  enum class Mode { kBands, kInterleaved, kLegacy };
   explicit ContextPayload(double density = 0.02, uint64_t n = 6000, Mode mode = Mode::kBands) {
     std::mt19937_64 rng(6);
     w.Add(1, DType::kBF16, n, rng, 0, n, density);
@@ -421,7 +423,9 @@ struct ContextPayload {
     w.Add(4, DType::kU8, 300, rng, 0, 300, 0.1);
     specs = {{1, DType::kBF16, ValueKind::kXor, 0, n / 2}, {1, DType::kBF16, ValueKind::kXor, n / 2, n - n / 2},
              {3, DType::kF32, ValueKind::kOverwrite, 0, 500}, {4, DType::kU8, ValueKind::kXor, 0, 300}};
-    p = w.Encode(specs, With(Context::kAlways));
+    EncodeOptions o = With(Context::kAlways);
+    o.split_rice = mode != Mode::kInterleaved;
+    p = w.Encode(specs, o);
     if (mode == Mode::kLegacy) p = AsLegacyContextPayload(w, p);
   }
 };
@@ -452,7 +456,7 @@ inline void ExpectFitCountedAheadGivesFinishBytes(int threads) {
   ASSERT_EQ(FitSampleStride(planned - 50000), 16u);
   const std::string what = std::to_string(threads) + " thread(s)";
   const std::vector<uint8_t> want = w.Encode(specs, With(Context::kAlways), &changed, threads);
-  ASSERT_EQ(ModeOf(want), CodecMode::kContextParts) << what;
+  ASSERT_EQ(ModeOf(want), CodecMode::kContextSplitRice) << what;
   std::vector<uint8_t> by_diff, by_caller;
   PayloadBuilder b(With(Context::kAlways));
   b.CountFitAhead(planned);

@@ -123,7 +123,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       counted = &fit_counts_;
     }
     EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also,
-                          plain_possible ? &plain_bound : nullptr, counted);
+                          plain_possible ? &plain_bound : nullptr, counted, options_.split_rice);
     if (plain_possible) (void)plain_bound.RunIfUnclaimed();
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
@@ -140,7 +140,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
     };
     if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
       loc_raw_.swap(context_raw_);
-      return CodecMode::kContextParts;
+      return options_.split_rice ? CodecMode::kContextSplitRice : CodecMode::kContextParts;
     }
     for (size_t i = 0; i < context_segments_.size(); ++i)
       EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
@@ -244,7 +244,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (version != kPayloadFormatVersion)
     return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +
                        std::to_string(kPayloadFormatVersion) + ")");
-  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextParts)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
+  if (h[kOffMode] > static_cast<uint8_t>(CodecMode::kContextSplitRice)) return Unsupported("payload codec mode " + std::to_string(h[kOffMode]));
   const int block_log2 = h[kOffBlockLog2];
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
   if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffmanStreams))
@@ -342,9 +342,14 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
 // calling thread claims it first; the caller runs it afterwards if it is still unclaimed.
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
                        std::span<std::vector<uint32_t>* const> position_outs, int threads, ClaimableTask* also) {
-  if (layout.mode == CodecMode::kContextBands || layout.mode == CodecMode::kContextParts)
-    return DecodeBandedLocations(in.loc, layout.mode == CodecMode::kContextParts, in.segs, layout.changed, position_outs, threads, also)
+  if (layout.mode == CodecMode::kContextBands || layout.mode == CodecMode::kContextParts ||
+      layout.mode == CodecMode::kContextSplitRice) {
+    const BandedForm form = layout.mode == CodecMode::kContextBands  ? BandedForm::kOnePart
+                            : layout.mode == CodecMode::kContextParts ? BandedForm::kParts
+                                                                      : BandedForm::kPartsSplitRice;
+    return DecodeBandedLocations(in.loc, form, in.segs, layout.changed, position_outs, threads, also)
         .WithContext("payload location section");
+  }
   if (also != nullptr)
     return OfferClaimable(*also, [&] { return DecodeLocations(layout, in, position_outs, threads, nullptr); });
   if (layout.mode == CodecMode::kContext)

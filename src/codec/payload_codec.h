@@ -39,7 +39,8 @@ enum class CodecMode : uint8_t {
   kPlain = 0,    // decoding needs no old bits (applying an XOR does)
   kContext = 1,       // per exponent value (context_coding.h); read, no longer written
   kContextBands = 2,  // per fitted exponent band in one part (band_context.h); read, no longer written
-  kContextParts = 3,  // per fitted exponent band, in parts (band_context.h): decoding reads the old bits
+  kContextParts = 3,  // per fitted exponent band, in parts, Rice codes interleaved (band_context.h); read, no longer written
+  kContextSplitRice = 4,  // as 3 with each part's Rice codes split (split_rice.h): decoding reads the old bits
 };
 // Whether decoding a payload of this mode needs the receiver's old bits.
 inline bool NeedsOldBits(CodecMode m) { return m != CodecMode::kPlain; }
@@ -70,6 +71,9 @@ struct EncodeOptions {
   uint64_t band_part_elements = kDefaultBandPartElements;
   // From this many values a payload's Huffman value section is in two streams (codec 3).
   uint64_t value_streams_min = kValueStreamsMin;
+  // Context mode: split Rice streams (mode 4); false writes mode 3, as delta format 4-5 readers
+  // decode it (for tests of that decoder).
+  bool split_rice = true;
 };
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish

@@ -25,10 +25,12 @@ inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '
 // cannot afford. Format 3 has format 2's container and may hold payloads in banded context mode
 // (codec mode 2), which builds reading only formats 1-2 cannot decode. Format 4 is the same
 // container whose payloads may use banded context mode in parts (codec mode 3), which builds
-// reading only formats 1-3 cannot decode. Format 5 (written) is the same container whose
-// payloads may store their values in Huffman streams (value codec 3), which builds reading
-// only formats 1-4 cannot decode; formats 1-4 are still read.
-inline constexpr uint32_t kDeltaFormatVersion = 5;
+// reading only formats 1-3 cannot decode. Format 5 is the same container whose payloads may
+// store their values in Huffman streams (value codec 3), which builds reading only formats 1-4
+// cannot decode. Format 6 (written) is the same container whose payloads may use banded context
+// mode with split Rice streams (codec mode 4), which builds reading only formats 1-5 cannot
+// decode; formats 1-5 are still read.
+inline constexpr uint32_t kDeltaFormatVersion = 6;
 inline constexpr uint32_t kMinDeltaFormatVersion = 1;
 // u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
 inline constexpr size_t kDeltaTailBytes = 32;

@@ -525,7 +525,7 @@ TEST_F(DeltaRefusal, ContextDeltaOnAWrongBaseIsRefusedAndTargetUnchanged) {
   for (size_t i = 0; i < r->header().payloads.size(); ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(r->PayloadBytes(i), &l).ok());
-    context_payloads += l.mode == CodecMode::kContextParts;
+    context_payloads += l.mode == CodecMode::kContextSplitRice;
   }
   ASSERT_GT(context_payloads, 0u);
   // The target already holds the next bits (a second apply).
@@ -569,16 +569,16 @@ TEST_F(DeltaRefusal, ContextPayloadsWithBrokenOrMisleadingBandCodesAreCorruptAnd
     bytes[e.offset + e.length / 2] ^= 0x10;
     ExpectRefusedUnchanged(bytes, StatusCode::kCorrupt, "flipped byte");
   }
-  // Re-signed context payloads with edited band tables (docs/format.md §2.8: u8 K, K-1
+  // Re-signed context payloads with edited band tables (docs/format.md §2.8-2.9: u8 K, K-1
   // thresholds, u8 P, per part and band varint k and (when k > 0) u8 r, the stream lengths, then
-  // the Rice bits). Changes here do not depend on the exponent and the payloads are small, so the
+  // the split Rice streams). Changes here do not depend on the exponent and the payloads are small, so the
   // encoder fits one band in one part: [1, 1, k, r, bits...]. Edits of the thresholds of several
   // bands and of the part fields are covered by codec_band_hostile_test.
   int edited = 0;
   for (size_t i = 0; i < payloads.size() && edited < 6; ++i) {
     PayloadLayout l;
     ASSERT_TRUE(ParsePayload(payloads[i].bytes, &l).ok());
-    if (l.mode != CodecMode::kContextParts) continue;
+    if (l.mode != CodecMode::kContextSplitRice) continue;
     std::vector<uint8_t> raw;
     ASSERT_TRUE(DecompressSection(l.loc_codec, l.loc_stored, l.loc_raw, &raw).ok());
     if (raw[0] != 1 || raw[1] != 1 || raw[2] < 2 || raw[2] >= 127) continue;  // one band, one part; a one-byte count >= 2
@@ -632,7 +632,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
   for (size_t i = 0; i < payloads.size() && tried < 3; ++i) {
     DecodedPayload d;
     ASSERT_TRUE(DecodePayload(payloads[i].bytes, &d, lookup).ok());
-    if (d.mode != CodecMode::kContextParts) continue;
+    if (d.mode != CodecMode::kContextSplitRice) continue;
     // Move the first change whose next element is unchanged.
     std::vector<std::vector<uint32_t>> positions;
     std::vector<ContextSegment> segs;

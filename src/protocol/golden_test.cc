@@ -68,7 +68,8 @@ void MakeGoldenCheckpoints(const fs::path& dir, uint32_t version) {
 
 constexpr const char* kGoldenDeltas[] = {"xor.dcr", "overwrite.dcr", "context.dcr"};
 // From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3); from
-// format 5 with its values in two Huffman streams (value codec 3).
+// format 5 with its values in two Huffman streams (value codec 3); from format 6 in four, its
+// Rice codes split (codec mode 4).
 constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
 // Format 5's encoder later wrote four value streams instead of two (the format allows 2..8, so
 // the version stayed): v5 keeps the two-stream file as first written and this one, the current
@@ -141,13 +142,14 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenDecode,
                                             ::testing::ValuesIn(kGoldenDeltas)));
 
 // context.dcr exercises the context mode its version writes: mode 1 (one class per exponent
-// value) up to format 2, banded mode 2 in format 3, banded mode 3 from format 4, so every
-// decoder stays pinned.
+// value) up to format 2, banded mode 2 in format 3, banded mode 3 in formats 4-5, mode 4 (split
+// Rice streams) from format 6, so every decoder stays pinned.
 TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
   for (uint32_t version = kMinDeltaFormatVersion; version <= kDeltaFormatVersion; ++version) {
     auto delta = DeltaReader::Open((GoldenDir(version) / "context.dcr").string());
     ASSERT_TRUE(delta.ok()) << delta.status().ToString();
-    const CodecMode want = version >= 4   ? CodecMode::kContextParts
+    const CodecMode want = version >= 6   ? CodecMode::kContextSplitRice
+                           : version >= 4 ? CodecMode::kContextParts
                            : version >= 3 ? CodecMode::kContextBands
                                           : CodecMode::kContext;
     size_t context = 0;
@@ -164,8 +166,8 @@ TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
 }
 
 // context_parts.dcr (from format 4) is one payload in mode 3 with 4 parts (from format 5 its
-// values in Huffman streams, value codec 3: two, then four), and takes its base to its target
-// exactly.
+// values in Huffman streams, value codec 3: two, then four; from format 6 in mode 4), and takes
+// its base to its target exactly.
 TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
   for (uint32_t version = 4; version <= kDeltaFormatVersion; ++version)
     for (const auto& [file, streams] : PartsDeltas(version)) {
@@ -176,7 +178,7 @@ TEST(Golden, PartsDeltaHoldsOnePayloadInFourParts) {
       ASSERT_EQ(delta->header().payloads.size(), 1u);
       PayloadLayout layout;
       ASSERT_TRUE(ParsePayload(delta->PayloadBytes(0), &layout).ok());
-      EXPECT_EQ(layout.mode, CodecMode::kContextParts);
+      EXPECT_EQ(layout.mode, version >= 6 ? CodecMode::kContextSplitRice : CodecMode::kContextParts);
       std::vector<uint8_t> loc;
       ASSERT_TRUE(DecompressSection(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc).ok());
       ASSERT_GE(loc.size(), 2u);

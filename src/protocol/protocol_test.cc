@@ -613,7 +613,7 @@ TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneT
         EXPECT_EQ(da.segments[k].changes.positions, dn.segments[k].changes.positions) << tag << " payload " << i;
         EXPECT_EQ(da.segments[k].changes.values, dn.segments[k].changes.values) << tag << " payload " << i;
       }
-      if (la.mode == CodecMode::kContextParts) {
+      if (la.mode == CodecMode::kContextSplitRice) {
         ++context_payloads;
         // Without the old bits (a tool that only reads the delta) it cannot be decoded.
         DecodedPayload none;

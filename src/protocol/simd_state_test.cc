@@ -157,7 +157,7 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
                       return std::span<const uint8_t>(p.base);
                     }, threads).ok());
       });
-      ASSERT_EQ(decoded.mode, CodecMode::kContextParts);
+      ASSERT_EQ(decoded.mode, CodecMode::kContextSplitRice);
       ASSERT_EQ(decoded.segments.size(), 1u);
       EXPECT_EQ(decoded.segments[0].changes.positions, p.changed);
     }

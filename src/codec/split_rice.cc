@@ -1,0 +1,246 @@
+// Split Rice streams (split_rice.h), compiled once per Highway target (foreach_target.h): the
+// decoder's 8-code steps on AVX-512 VBMI2 targets, a scalar loop elsewhere; the HWY_ONCE part
+// has the encoder and the dispatch.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "codec/split_rice.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "codec/bit_stream.h"
+#include "codec/split_rice.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dcr {
+namespace HWY_NAMESPACE {
+
+// The 8 bytes of `p` from `at` on as a word, zeros past `size`.
+HWY_INLINE uint64_t WordAt(const uint8_t* p, size_t size, size_t at) {
+  uint64_t v = 0;
+  if (at + 8 <= size)
+    std::memcpy(&v, p + at, 8);
+  else if (at < size)
+    std::memcpy(&v, p + at, size - at);
+  return v;
+}
+
+// The bit indices (from the area's start) of the first n set bits of `area`, at out[0, n).
+// Returns how many it found (fewer than n if the area has fewer).
+uint64_t FindTerminatorsScalar(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
+  uint64_t j = 0;
+  for (size_t at = 0; at < area.size() && j < n; at += 8) {
+    for (uint64_t w = WordAt(area.data(), area.size(), at); w != 0 && j < n; w &= w - 1)
+      out[j++] = 8 * uint64_t{at} + static_cast<uint64_t>(__builtin_ctzll(w));
+  }
+  return j;
+}
+
+// Ordinals of one run in place: out[j] holds its code j's terminator index on entry. `s`: the
+// index just after the previous run's last terminator; `rb`: the run's first remainder bit.
+void CombineScalar(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out) {
+  const uint64_t mask = (uint64_t{1} << r) - 1;
+  uint64_t prefix = 0;  // remainders summed through code j
+  for (uint64_t j = 0; j < n; ++j, rb += static_cast<uint64_t>(r)) {
+    prefix += (WordAt(rem, size, rb >> 3) >> (rb & 7)) & mask;
+    out[j] = j + prefix + ((out[j] - s - j) << r);
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+constexpr bool kHaveSimd = true;
+
+// FindTerminatorsScalar, 8 bytes per step: one byte compress of the indices 0..63 under the
+// word, then 8 byte permutes that widen groups of 8 to 64-bit lanes and 8 masked stores (no
+// branch on the word's count; nothing written past out[n)).
+uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
+  static constexpr auto kIndex = [] {
+    struct {
+      uint8_t iota[64], widen[8][64];
+    } x{};
+    for (int i = 0; i < 64; ++i) x.iota[i] = static_cast<uint8_t>(i);
+    for (int g = 0; g < 8; ++g)
+      for (int i = 0; i < 64; ++i) x.widen[g][i] = static_cast<uint8_t>(8 * g + i / 8);  // byte 0 of lane i/8 counts
+    return x;
+  }();
+  const __m512i iota = _mm512_loadu_si512(kIndex.iota);
+  __m512i widen[8];
+  for (int g = 0; g < 8; ++g) widen[g] = _mm512_loadu_si512(kIndex.widen[g]);
+  constexpr __mmask64 kLowBytes = 0x0101010101010101ull;
+  uint64_t j = 0;
+  for (size_t at = 0; at < area.size() && j < n; at += 8) {
+    const uint64_t m = WordAt(area.data(), area.size(), at);
+    const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(__builtin_popcountll(m)), n - j);
+    const uint64_t lanes = take == 64 ? ~uint64_t{0} : (uint64_t{1} << take) - 1;
+    const __m512i idx = _mm512_maskz_compress_epi8(m, iota);
+    const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(8 * uint64_t{at}));
+    for (int g = 0; g < 8; ++g) {
+      const __m512i v = _mm512_maskz_permutexvar_epi8(kLowBytes, widen[g], idx);
+      _mm512_mask_storeu_epi64(out + j + 8 * g, static_cast<__mmask8>(lanes >> (8 * g)), _mm512_add_epi64(v, base));
+    }
+    j += take;
+  }
+  return j;
+}
+
+// CombineScalar, 8 codes per step: each lane's remainder gathered from the step's bytes by a
+// byte permute and a shift, an in-register prefix sum, the step's sum carried to the next.
+void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out) {
+  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lane_bits = _mm512_mullo_epi64(lane, _mm512_set1_epi64(r));
+  const __m512i byte_pattern = _mm512_set1_epi64(0x0706050403020100ll);
+  const __m512i ones = _mm512_set1_epi64(0x0101010101010101ll);
+  const __m512i low = _mm512_set1_epi64(static_cast<int64_t>((uint64_t{1} << r) - 1));
+  const __m512i seven = _mm512_set1_epi64(7);
+  const __m512i shift1 = _mm512_set_epi64(6, 5, 4, 3, 2, 1, 0, 0), shift2 = _mm512_set_epi64(5, 4, 3, 2, 1, 0, 0, 0);
+  const __m512i shift4 = _mm512_set_epi64(3, 2, 1, 0, 0, 0, 0, 0);
+  const __m128i rc = _mm_cvtsi32_si128(r);
+  const __m512i before_run = _mm512_set1_epi64(static_cast<int64_t>(s));
+  __m512i carry = _mm512_setzero_si512();  // remainders summed through the previous step
+  for (uint64_t j = 0; j < n; j += 8) {
+    const __mmask8 valid = static_cast<__mmask8>(n - j >= 8 ? 0xff : (1u << (n - j)) - 1);
+    const uint64_t bit0 = rb + j * static_cast<uint64_t>(r);
+    const size_t byte0 = static_cast<size_t>(bit0 >> 3);
+    const size_t avail = size - byte0;  // > 0: the step's first remainder lies in the area
+    const __mmask64 readable = avail >= 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
+    const __m512i src = _mm512_maskz_loadu_epi8(readable, rem + byte0);
+    const __m512i bit = _mm512_add_epi64(lane_bits, _mm512_set1_epi64(static_cast<int64_t>(bit0 & 7)));
+    const __m512i gather = _mm512_add_epi8(_mm512_mullo_epi64(_mm512_srli_epi64(bit, 3), ones), byte_pattern);
+    __m512i v = _mm512_permutexvar_epi8(gather, src);
+    v = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_and_si512(bit, seven)), low);
+    v = _mm512_add_epi64(v, _mm512_maskz_permutexvar_epi64(0xfe, shift1, v));
+    v = _mm512_add_epi64(v, _mm512_maskz_permutexvar_epi64(0xfc, shift2, v));
+    v = _mm512_add_epi64(v, _mm512_maskz_permutexvar_epi64(0xf0, shift4, v));
+    v = _mm512_add_epi64(v, carry);
+    carry = _mm512_permutexvar_epi64(seven, v);
+    const __m512i index = _mm512_add_epi64(lane, _mm512_set1_epi64(static_cast<int64_t>(j)));
+    const __m512i quotients = _mm512_sub_epi64(_mm512_sub_epi64(_mm512_maskz_loadu_epi64(valid, out + j), before_run), index);
+    _mm512_mask_storeu_epi64(out + j, valid, _mm512_add_epi64(_mm512_add_epi64(index, v), _mm512_sll_epi64(quotients, rc)));
+  }
+}
+#else
+constexpr bool kHaveSimd = false;
+uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
+  return FindTerminatorsScalar(area, n, out);
+}
+void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out) {
+  CombineScalar(rem, size, rb, r, s, n, out);
+}
+#endif
+
+// GetSplitRiceOrdinals of split_rice.h, for this target.
+SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                                        std::span<const uint8_t> rice, uint64_t limit, bool scalar, uint64_t* out) {
+  using Kind = SplitRiceError::Kind;
+  const bool simd = kHaveSimd && !scalar;
+  uint64_t total = 0, remainder_bits = 0;
+  for (size_t b = 0; b < counts.size(); ++b) {
+    // Ordinals are distinct and below the limit, so a run has at most `limit` codes; this also
+    // keeps every sum below from overflowing.
+    if (counts[b] > limit) return {Kind::kOutOfRange, b};
+    total += counts[b];
+    remainder_bits += counts[b] * rice[b];
+    if ((remainder_bits + 7) / 8 > stream.size()) return {Kind::kRemaindersTruncated, b};
+  }
+  if (total == 0) return stream.empty() ? SplitRiceError{} : SplitRiceError{Kind::kTrailingBytes, 0};
+  const size_t remainder_bytes = static_cast<size_t>((remainder_bits + 7) / 8);
+  if (remainder_bits % 8 != 0 && (stream[remainder_bytes - 1] >> (remainder_bits % 8)) != 0)
+    return {Kind::kPaddingNotZero, counts.size() - 1};
+  const std::span<const uint8_t> unary = stream.subspan(remainder_bytes);
+  const uint64_t found = simd ? FindTerminators(unary, total, out) : FindTerminatorsScalar(unary, total, out);
+  if (found < total) {
+    size_t b = 0;  // the run of code number `found`, the first without its terminator
+    for (uint64_t before = counts[0]; before <= found; before += counts[b]) ++b;
+    return {Kind::kTerminatorsMissing, b};
+  }
+  // The code ends in the last byte, and nothing follows its last terminator.
+  const uint64_t last = out[total - 1];
+  if (last / 8 + 1 != unary.size() || (unary.back() >> (last % 8 + 1)) != 0)
+    return {Kind::kTrailingBytes, counts.size() - 1};
+  uint64_t first = 0, after_previous = 0, rb = 0;  // the run's first code, terminator index and remainder bit
+  for (size_t b = 0; b < counts.size(); ++b) {
+    const uint64_t n = counts[b];
+    if (n == 0) continue;
+    const int r = rice[b];
+    uint64_t* o = out + first;
+    const uint64_t end_terminator = o[n - 1];
+    // The run's quotients sum to end_terminator - after_previous - (n - 1); bounded first, so
+    // that no shift or sum below wraps.
+    if (end_terminator - after_previous - (n - 1) > (limit - 1) >> r) return {Kind::kOutOfRange, b};
+    if (simd)
+      Combine(stream.data(), stream.size(), rb, r, after_previous, n, o);
+    else
+      CombineScalar(stream.data(), stream.size(), rb, r, after_previous, n, o);
+    if (o[n - 1] >= limit) return {Kind::kOutOfRange, b};
+    first += n;
+    after_previous = end_terminator + 1;
+    rb += n * static_cast<uint64_t>(r);
+  }
+  return {};
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dcr
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dcr {
+
+HWY_EXPORT(GetSplitRiceOrdinalsImpl);
+
+namespace {
+std::atomic<bool> g_force_scalar{false};
+}  // namespace
+
+void ForceScalarSplitRice(bool scalar) { g_force_scalar.store(scalar); }
+
+void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out) {
+  uint64_t codes = 0;
+  for (const RiceRun& run : runs) codes += run.gaps.size();
+  if (codes == 0) return;
+  BitWriter w(*out);
+  {
+    BitWriter::Local bits(w);
+    for (const RiceRun& run : runs) {
+      if (run.r == 0) continue;
+      const uint64_t mask = (uint64_t{1} << run.r) - 1;
+      for (uint64_t g : run.gaps) bits.Put(g & mask, run.r);
+    }
+  }
+  w.Flush();
+  {
+    BitWriter::Local bits(w);
+    for (const RiceRun& run : runs)
+      for (uint64_t g : run.gaps) {
+        uint64_t q = g >> run.r;
+        for (; q >= 56; q -= 56) bits.Put(0, 56);
+        bits.Put(uint64_t{1} << q, static_cast<int>(q) + 1);
+      }
+  }
+  w.Flush();
+}
+
+std::string SplitRiceError::Message() const {
+  const std::string in_band = " in band " + std::to_string(band);
+  switch (kind) {
+    case Kind::kNone: return "ok";
+    case Kind::kRemaindersTruncated: return "remainders run past the stream" + in_band;
+    case Kind::kPaddingNotZero: return "nonzero padding after the remainders";
+    case Kind::kTerminatorsMissing: return "truncated unary codes" + in_band;
+    case Kind::kOutOfRange: return "out-of-range gap" + in_band;
+    case Kind::kTrailingBytes: return "trailing bits after the last code";
+  }
+  return "unknown";
+}
+
+SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out) {
+  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
+                                                        g_force_scalar.load(std::memory_order_relaxed), out);
+}
+
+}  // namespace dcr
+#endif  // HWY_ONCE

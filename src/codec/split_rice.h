@@ -1,0 +1,49 @@
+// Split Rice streams (payload codec mode 4, docs/format.md §2.9): the Rice codes of one part's
+// bands with each code's r low bits in a first area and its quotient, in unary, in a second.
+// The bits are those of the interleaved codes (§2.7), rearranged: the remainders are fixed-width
+// fields and the quotients' terminators are set bits, so a decoder finds every code without
+// reading the one before it. On x86-64 with AVX-512 VBMI2 it decodes 8 codes per step (a byte
+// compress of the terminators' bit indices, a byte permute of the remainders, a prefix sum):
+// ~0.4 ns per code on a Zen 5 where the interleaved codes' chain of count, add and shift per
+// code took 1.6-1.8; elsewhere a scalar loop of independent steps per code.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dcr {
+
+// One band's gaps and Rice parameter (0..30).
+struct RiceRun {
+  std::span<const uint64_t> gaps;
+  int r = 0;
+};
+
+// Appends the split code of `runs` (in order) to `out`: every run's remainders (the r low bits of
+// each gap, LSB-first, packed across runs), zero-padded to a byte; then every run's quotients
+// (gap >> r zero bits, then a one bit), zero-padded to a byte. Nothing when there are no gaps.
+void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out);
+
+// Why GetSplitRiceOrdinals refused a stream; `band` names the run where that applies.
+struct SplitRiceError {
+  enum class Kind { kNone, kRemaindersTruncated, kPaddingNotZero, kTerminatorsMissing, kOutOfRange, kTrailingBytes };
+  Kind kind = Kind::kNone;
+  size_t band = 0;
+  bool ok() const { return kind == Kind::kNone; }
+  std::string Message() const;
+};
+
+// Decodes a split code of counts.size() runs (run b: counts[b] codes with parameter rice[b]) into
+// each run's ascending ordinals (gaps + 1 summed, the first from ordinal 0), run after run at
+// out[0, sum of counts). Every ordinal must lie below `limit`; the stream must hold exactly the
+// code (zero padding, nothing after the last terminator's byte). Never reads outside `stream`
+// and writes only out[0, sum of counts); on failure out's contents are unspecified.
+SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out);
+
+// For tests: decode with the scalar loop even where the SIMD one runs, or not.
+void ForceScalarSplitRice(bool scalar);
+
+}  // namespace dcr

@@ -1,0 +1,210 @@
+// Split Rice streams (split_rice.h): round trips of random runs on the SIMD and the scalar
+// decoder, their agreement on every truncation and bit flip, the bounds, and streams written by
+// hand from docs/format.md §2.9.
+#include "codec/split_rice.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "codec/bit_stream.h"
+#include "codec/rice_gaps.h"
+
+namespace dcr {
+namespace {
+
+using Kind = SplitRiceError::Kind;
+
+struct Runs {
+  std::vector<std::vector<uint64_t>> gaps;
+  std::vector<uint8_t> rice;
+  std::vector<uint64_t> counts;
+  std::vector<uint64_t> ordinals;  // expected: each run's ordinals, run after run
+  uint64_t limit = 0;              // one past the largest ordinal
+
+  std::vector<uint8_t> Encode() const {
+    std::vector<RiceRun> runs;
+    for (size_t b = 0; b < gaps.size(); ++b) runs.push_back({gaps[b], rice[b]});
+    std::vector<uint8_t> out;
+    PutSplitRice(runs, &out);
+    return out;
+  }
+};
+
+// `k` runs of up to `max_count` geometric gaps (mean about 2^r) with Rice parameters up to
+// `max_rice`; some runs empty.
+Runs RandomRuns(std::mt19937_64& rng, size_t k, uint64_t max_count, int max_rice) {
+  Runs r;
+  for (size_t b = 0; b < k; ++b) {
+    const int rice = static_cast<int>(rng() % static_cast<uint64_t>(max_rice + 1));
+    const uint64_t n = rng() % 5 == 0 ? 0 : rng() % (max_count + 1);
+    std::geometric_distribution<uint64_t> geo(1.0 / (static_cast<double>(uint64_t{1} << rice) + 1));
+    std::vector<uint64_t> g(n);
+    uint64_t next = 0;
+    for (uint64_t& x : g) {
+      x = rng() % 50 == 0 ? geo(rng) * 40 : geo(rng);  // some quotients of tens of words
+      r.ordinals.push_back(next + x);
+      next += x + 1;
+      r.limit = std::max(r.limit, next);
+    }
+    r.gaps.push_back(std::move(g));
+    r.rice.push_back(static_cast<uint8_t>(rice));
+    r.counts.push_back(n);
+  }
+  return r;
+}
+
+struct Decoded {
+  SplitRiceError error;
+  std::vector<uint64_t> ordinals;
+};
+
+Decoded Decode(std::span<const uint8_t> stream, const Runs& r, uint64_t limit, bool scalar) {
+  ForceScalarSplitRice(scalar);
+  uint64_t total = 0;
+  for (uint64_t c : r.counts) total += c;
+  // Guards on both sides: the decoder writes only out[0, total).
+  std::vector<uint64_t> out(total + 16, 0xabababababababab);
+  Decoded d;
+  d.error = GetSplitRiceOrdinals(stream, r.counts, r.rice, limit, out.data() + 8);
+  ForceScalarSplitRice(false);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(out[i], 0xabababababababab) << "written before the output";
+    EXPECT_EQ(out[total + 8 + i], 0xabababababababab) << "written past the output";
+  }
+  if (d.error.ok()) d.ordinals.assign(out.begin() + 8, out.begin() + 8 + static_cast<std::ptrdiff_t>(total));
+  return d;
+}
+
+// Both decoders give the same result: the same error (kind and band), or the same ordinals.
+Decoded DecodeAlike(std::span<const uint8_t> stream, const Runs& r, uint64_t limit, const std::string& what) {
+  const Decoded simd = Decode(stream, r, limit, false), scalar = Decode(stream, r, limit, true);
+  EXPECT_EQ(simd.error.kind, scalar.error.kind) << what;
+  EXPECT_EQ(simd.error.band, scalar.error.band) << what;
+  EXPECT_EQ(simd.ordinals, scalar.ordinals) << what;
+  return simd;
+}
+
+TEST(SplitRice, RandomRunsRoundTripOnBothDecodersInTheInterleavedCodesBits) {
+  std::mt19937_64 rng(1);
+  for (int trial = 0; trial < 300; ++trial) {
+    const Runs r = RandomRuns(rng, 1 + rng() % 8, trial < 100 ? 20 : 2000, trial % 3 == 0 ? 30 : 8);
+    const std::vector<uint8_t> stream = r.Encode();
+    const Decoded d = DecodeAlike(stream, r, r.limit, "trial " + std::to_string(trial));
+    ASSERT_TRUE(d.error.ok()) << "trial " << trial << ": " << d.error.Message();
+    EXPECT_EQ(d.ordinals, r.ordinals) << "trial " << trial;
+    // The same bits as the interleaved code, each area padded to a byte.
+    std::vector<uint8_t> interleaved;
+    BitWriter w(interleaved);
+    uint64_t bits = 0;
+    for (size_t b = 0; b < r.gaps.size(); ++b) {
+      if (!r.gaps[b].empty()) PutRiceGaps(w, r.gaps[b], r.rice[b]);
+      for (uint64_t g : r.gaps[b]) bits += (g >> r.rice[b]) + 1 + r.rice[b];
+    }
+    w.Flush();
+    EXPECT_EQ(interleaved.size(), (bits + 7) / 8);
+    EXPECT_LE(stream.size(), interleaved.size() + 1) << "trial " << trial;
+    // The bound is exact: every ordinal below one past the largest, none below the largest.
+    if (!r.ordinals.empty())
+      EXPECT_EQ(DecodeAlike(stream, r, r.limit - 1, "limit").error.kind, Kind::kOutOfRange) << "trial " << trial;
+  }
+}
+
+TEST(SplitRice, NoCodesIsAnEmptyStream) {
+  Runs r;
+  r.gaps = {{}, {}};
+  r.rice = {3, 0};
+  r.counts = {0, 0};
+  EXPECT_TRUE(r.Encode().empty());
+  EXPECT_TRUE(DecodeAlike({}, r, 10, "empty").error.ok());
+  const std::vector<uint8_t> one = {0};
+  EXPECT_EQ(DecodeAlike(one, r, 10, "a byte").error.kind, Kind::kTrailingBytes);
+}
+
+// Every truncation and every single-bit flip: both decoders agree; truncations and flips in the
+// unary area's last byte are refused; nothing decodes past the limit.
+TEST(SplitRice, TruncationsAndBitFlipsDecodeAlikeOnBothDecoders) {
+  std::mt19937_64 rng(2);
+  for (int trial = 0; trial < 12; ++trial) {
+    const Runs r = RandomRuns(rng, 1 + trial % 8, 60, trial % 2 ? 30 : 6);
+    const std::vector<uint8_t> stream = r.Encode();
+    if (stream.empty()) continue;
+    for (size_t len = 0; len < stream.size(); ++len)
+      EXPECT_FALSE(DecodeAlike(std::span(stream).first(len), r, r.limit, "truncated").error.ok())
+          << "trial " << trial << " length " << len;
+    for (size_t bit = 0; bit < 8 * stream.size(); ++bit) {
+      std::vector<uint8_t> q = stream;
+      q[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      const Decoded d = DecodeAlike(q, r, r.limit, "flip " + std::to_string(bit));
+      if (bit / 8 + 1 == stream.size()) EXPECT_FALSE(d.error.ok()) << "trial " << trial << " flip in the last byte " << bit;
+      for (uint64_t o : d.ordinals) EXPECT_LT(o, r.limit);
+    }
+  }
+}
+
+// Streams written from the format: remainders area, then quotients as zeros and a one.
+TEST(SplitRice, HandBuiltStreamsFollowTheFormat) {
+  auto decode = [](std::vector<uint8_t> stream, std::vector<uint64_t> counts, std::vector<uint8_t> rice, uint64_t limit) {
+    Runs r;
+    r.counts = std::move(counts);
+    r.rice = std::move(rice);
+    return DecodeAlike(stream, r, limit, "hand-built");
+  };
+  // One run, rice 0, gap 5: 00000 1.
+  EXPECT_EQ(decode({0x20}, {1}, {0}, 16).ordinals, (std::vector<uint64_t>{5}));
+  // Rice 2, gap 5 = quotient 1, remainder 01: remainder byte 0b01, then 01.
+  EXPECT_EQ(decode({0x01, 0x02}, {1}, {2}, 16).ordinals, (std::vector<uint64_t>{5}));
+  EXPECT_EQ(decode({0x05, 0x02}, {1}, {2}, 16).error.kind, Kind::kPaddingNotZero);
+  // Rice 30, gap 5: four remainder bytes, then 1; quotient 1 is 2^30, past any small limit.
+  EXPECT_EQ(decode({5, 0, 0, 0, 0x01}, {1}, {30}, 16).ordinals, (std::vector<uint64_t>{5}));
+  EXPECT_EQ(decode({5, 0, 0, 0, 0x02}, {1}, {30}, 16).error.kind, Kind::kOutOfRange);
+  EXPECT_EQ(decode({5, 0, 0}, {1}, {30}, 16).error.kind, Kind::kRemaindersTruncated);
+  // Gap 16 of 16 elements; a trailing byte; a second terminator; none.
+  EXPECT_EQ(decode({0x00, 0x00, 0x01}, {1}, {0}, 16).error.kind, Kind::kOutOfRange);
+  EXPECT_EQ(decode({0x20, 0x00}, {1}, {0}, 16).error.kind, Kind::kTrailingBytes);
+  EXPECT_EQ(decode({0x60}, {1}, {0}, 16).error.kind, Kind::kTrailingBytes);
+  EXPECT_EQ(decode({0x00}, {1}, {0}, 16).error.kind, Kind::kTerminatorsMissing);
+  EXPECT_EQ(decode({}, {1}, {0}, 16).error.kind, Kind::kTerminatorsMissing);
+  // Two runs: gaps 3, 4 (rice 1: remainders 1, 0; quotients 1, 2) and gap 0 (rice 2: remainder
+  // 00): remainder bits 1 0 0 0, then 01 001 1: ordinals 3, 8 and 0. The second run's quotients
+  // count from the bit after the first run's last terminator.
+  const Decoded two = decode({0x01, 0x32}, {2, 1}, {1, 2}, 16);
+  ASSERT_TRUE(two.error.ok()) << two.error.Message();
+  EXPECT_EQ(two.ordinals, (std::vector<uint64_t>{3, 8, 0}));
+  // The same with the second run's terminator missing: named by its run.
+  const Decoded missing = decode({0x01, 0x12}, {2, 1}, {1, 2}, 16);
+  EXPECT_EQ(missing.error.kind, Kind::kTerminatorsMissing);
+  EXPECT_EQ(missing.error.band, 1u);
+  // A run with more codes than the limit allows ordinals.
+  EXPECT_EQ(decode({0xff, 0xff, 0x01}, {17}, {0}, 16).error.kind, Kind::kOutOfRange);
+}
+
+// Long runs with SIMD steps across many words, quotients spanning several words, and remainder
+// areas ending near the stream's end (the decoder must not read past it: run under ASan too).
+TEST(SplitRice, LongRunsAtTheEndOfTheirBuffer) {
+  std::mt19937_64 rng(3);
+  for (int rice : {0, 1, 7, 8, 15, 16, 29, 30}) {
+    Runs r;
+    std::vector<uint64_t> g(4099);
+    uint64_t next = 0;
+    for (uint64_t& x : g) {
+      x = (rng() % 300 == 0 ? (uint64_t{200} << rice) : 0) + (rng() & ((uint64_t{1} << rice) - 1));
+      r.ordinals.push_back(next + x);
+      next += x + 1;
+    }
+    r.limit = next;
+    r.gaps = {g};
+    r.rice = {static_cast<uint8_t>(rice)};
+    r.counts = {g.size()};
+    const std::vector<uint8_t> stream = r.Encode();
+    // An exact-size heap copy, so that a read past the stream leaves the allocation.
+    std::unique_ptr<uint8_t[]> exact(new uint8_t[stream.size()]);
+    std::copy(stream.begin(), stream.end(), exact.get());
+    const Decoded d = DecodeAlike({exact.get(), stream.size()}, r, r.limit, "rice " + std::to_string(rice));
+    ASSERT_TRUE(d.error.ok()) << "rice " << rice << ": " << d.error.Message();
+    EXPECT_EQ(d.ordinals, r.ordinals) << "rice " << rice;
+  }
+}
+
+}  // namespace
+}  // namespace dcr
