@@ -107,7 +107,9 @@ class PartDecoder {
       const size_t k = static_cast<size_t>(h_.bands.k);
       const SplitRiceError e = GetSplitRiceOrdinals(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
                                                     std::span<const uint8_t>(h_.rice[p]).first(k), elements, ordinals);
-      if (!e.ok()) return Corrupt("banded context code: " + e.Message() + part);
+      if (!e.ok())
+        return Corrupt("banded context code: " + e.Message() + (e.NamesBand() ? " in band " + std::to_string(e.band) : "") +
+                       part);
       const uint64_t* o = ordinals;
       for (size_t b = 0; b < kMaxContextBands; o += h_.count[p][b++]) ord[b] = o;
     } else {

@@ -35,6 +35,20 @@ std::vector<uint8_t> LocationCode(const std::vector<uint32_t>& pos, uint64_t cou
   return code;
 }
 
+// A one-block code of `pos` (ascending, below the block length) in method 0, interleaved Rice
+// codes with parameter r, which delta formats 1-5 wrote and this build still reads.
+std::vector<uint8_t> InterleavedRiceBlock(const std::vector<uint32_t>& pos, int r) {
+  std::vector<uint8_t> code;
+  PutVarint(code, pos.size());
+  code.push_back(static_cast<uint8_t>(LocationMethod::kRice));
+  code.push_back(static_cast<uint8_t>(r));
+  BitWriter w(code);
+  uint64_t next = 0;
+  for (uint32_t p : pos) w.PutRice(p - next, r), next = uint64_t{p} + 1;
+  w.Flush();
+  return code;
+}
+
 // Success when `code` decodes, as pos.size() changes among `count` elements in blocks of
 // 2^block_log2, to exactly `pos`, replacing what the output vector held before: nothing, one
 // element, or more elements than `pos` (a vector reused from a larger payload keeps its size
@@ -556,12 +570,19 @@ TEST(LocationCoding, BlockBoundariesAndTheLastElementRoundTrip) {
   ASSERT_TRUE(DecodesTo(LocationCode(pos, count, block_log2), count, block_log2, pos));
 }
 
-TEST(LocationCoding, ScatteredChangesUseRiceGaps) {
+// Split Rice codes hold the interleaved code's bits in two byte-padded areas: at most one byte
+// more; both decode.
+TEST(LocationCoding, ScatteredChangesUseSplitRiceGaps) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 17; p < 65536; p += 997) pos.push_back(p);
   const std::vector<uint8_t> code = LocationCode(pos, 65536, 16);
-  EXPECT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kRice));
+  EXPECT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kSplitRice));
   ASSERT_TRUE(DecodesTo(code, 65536, 16, pos));
+  const int r = code[2];
+  EXPECT_EQ(r, 9);  // mean gap 996
+  const std::vector<uint8_t> interleaved = InterleavedRiceBlock(pos, r);
+  EXPECT_LE(code.size(), interleaved.size() + 1);
+  ASSERT_TRUE(DecodesTo(interleaved, 65536, 16, pos));
 }
 
 TEST(LocationCoding, DenseRandomChangesUseABitmap) {
@@ -590,8 +611,10 @@ TEST(LocationCoding, ContiguousRunsUseRanges) {
 TEST(LocationCoding, RiceRunEndingAtTheLastBitOfTheReaderWindowRoundTrips) {
   std::vector<uint32_t> pos;
   for (uint32_t p = 126; p < 1024; p += 2) pos.push_back(p);
-  const std::vector<uint8_t> code = LocationCode(pos, 1024, 10);
-  ASSERT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kRice));
+  ASSERT_TRUE(DecodesTo(InterleavedRiceBlock(pos, 1), 1024, 10, pos));
+  const std::vector<uint8_t> code = LocationCode(pos, 1024, 10);  // split: a 63-bit quotient
+  ASSERT_EQ(LocationMethodOfSingleBlock(code), static_cast<int>(LocationMethod::kSplitRice));
+  ASSERT_EQ(code[3], 1);  // after the two-byte count and the method
   ASSERT_TRUE(DecodesTo(code, 1024, 10, pos));
 }
 
@@ -634,6 +657,12 @@ TEST(LocationCoding, MalformedCodesAreCorrupt) {
   EXPECT_EQ(out, (std::vector<uint32_t>{3, 4}));
   EXPECT_EQ(decode({1, 0, 0, 0x1f}, 16, 1), StatusCode::kOk);          // Rice r=0: 5 ones, zero -> 5
   EXPECT_EQ(out, (std::vector<uint32_t>{5}));
+  EXPECT_EQ(decode({1, 3, 0, 0x20}, 16, 1), StatusCode::kOk);          // split Rice r=0: 5 zeros, one -> 5
+  EXPECT_EQ(out, (std::vector<uint32_t>{5}));
+  EXPECT_EQ(decode({2, 3, 2, 0x01, 0x06, 0}, 32, 2), StatusCode::kOk);  // r=2: gaps 5, 0 (01 00 | 01 1); empty block
+  EXPECT_EQ(out, (std::vector<uint32_t>{5, 6}));
+  EXPECT_EQ(decode({1, 3, 0, 0x20, 1, 3, 0, 0x20}, 32, 2), StatusCode::kOk);  // one change per block
+  EXPECT_EQ(out, (std::vector<uint32_t>{5, 21}));
 
   EXPECT_EQ(decode({17}, 16, 17), kC);                                 // more changes than elements
   EXPECT_EQ(decode({2, 1, 0x05, 0x00}, 16, 1), kC);                   // more than the payload declares
@@ -641,7 +670,15 @@ TEST(LocationCoding, MalformedCodesAreCorrupt) {
   EXPECT_EQ(decode({3, 1, 0x05, 0x00}, 16, 3), kC);                   // bitmap holds 2 bits, count 3
   EXPECT_EQ(decode({1, 1, 0x00, 0x08}, 12, 1), StatusCode::kOk);      // bitmap bit 11 is in a 12-block...
   EXPECT_EQ(decode({1, 1, 0x00, 0x10}, 12, 1), kC);                   // ...bit 12 is beyond a 12-block
-  EXPECT_EQ(decode({1, 3}, 16, 1), kC);                               // unknown method
+  EXPECT_EQ(decode({1, 4}, 16, 1), kC);                               // unknown method
+  EXPECT_EQ(decode({1, 3, 31, 0x01}, 16, 1), kC);                     // split Rice parameter 31
+  EXPECT_EQ(decode({1, 3, 0, 0x00, 0x00, 0x01}, 16, 1), kC);          // split Rice gap 16 beyond block
+  EXPECT_EQ(decode({1, 3, 0, 0x00}, 16, 1), kC);                      // split Rice quotient unterminated
+  EXPECT_EQ(decode({1, 3, 0}, 16, 1), kC);                            // split Rice code missing
+  EXPECT_EQ(decode({1, 3, 2, 0x05, 0x02}, 16, 1), kC);                // split Rice remainder padding not zero
+  EXPECT_EQ(decode({1, 3, 0, 0x60}, 16, 1), kC);                      // a one bit after the code
+  EXPECT_EQ(decode({1, 3, 0, 0x20, 0x00}, 16, 1), kC);                // trailing byte
+  EXPECT_EQ(decode({2, 3, 0, 0x20}, 16, 2), kC);                      // second quotient missing
   EXPECT_EQ(decode({1, 0, 31, 0x00}, 16, 1), kC);                     // Rice parameter 31
   EXPECT_EQ(decode({1, 0, 0, 0xff, 0xff, 0x00}, 16, 1), kC);          // Rice gap 16 beyond block
   EXPECT_EQ(decode({1, 0, 0}, 16, 1), kC);                            // Rice stream missing
@@ -668,8 +705,8 @@ TEST(LocationCoding, ArbitraryBytesNeverDecodeToPositionsOutsideTheChunk) {
     for (auto& b : code) b = static_cast<uint8_t>(rng());
     // Small counts make short random codes plausible.
     code[0] = static_cast<uint8_t>(code[0] % 5);
-    if (code.size() > 1) code[1] = static_cast<uint8_t>(code[1] % 3);
-    if (code.size() > 2 && code[1] == 0) code[2] = static_cast<uint8_t>(code[2] % 4);
+    if (code.size() > 1) code[1] = static_cast<uint8_t>(code[1] % 4);
+    if (code.size() > 2 && (code[1] == 0 || code[1] == 3)) code[2] = static_cast<uint8_t>(code[2] % 4);
     uint64_t count = 1 + rng() % 24;
     uint64_t expected = code[0];
     std::vector<uint32_t> pos;

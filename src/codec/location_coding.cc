@@ -13,6 +13,7 @@
 
 #include "codec/bit_stream.h"
 #include "codec/location_coding.h"
+#include "codec/split_rice.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dcr {
@@ -21,13 +22,19 @@ namespace {
 
 constexpr int kMaxRiceK = 30;
 
-// The exact sizes of a block's candidate codes: Rice with parameters k0, k0+1, k0+2 (in bits,
-// without the parameter byte) and ranges (in bytes), and the number of runs.
+// The exact sizes of a block's candidate codes: split Rice with parameters k0, k0+1, k0+2
+// (without the parameter byte) and ranges, in bytes, and the number of runs.
 struct BlockCosts {
-  uint64_t rice_bits[3] = {0, 0, 0};
+  uint64_t rice_bytes[3] = {0, 0, 0};
   uint64_t ranges_bytes = 0;
   uint64_t runs = 0;
 };
+
+// A split Rice code's bytes (split_rice.h): n remainders of r bits, padded, then the quotients
+// (summing to `quotients`) and n terminators, padded.
+uint64_t SplitRiceBytes(uint64_t n, int r, uint64_t quotients) {
+  return (n * static_cast<uint64_t>(r) + 7) / 8 + (quotients + n + 7) / 8;
+}
 
 // Ranges: per run a varint gap (from the previous run's end) and a varint length - 1, after a
 // varint run count. O(runs) varint sizes, so it is only computed when it can matter.
@@ -89,10 +96,10 @@ BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int
   // A run starts at the first change and at every change after a gap.
   c.runs = 1 + CountRunStarts(pos.data() + 1, pos.data() + pos.size());
   const uint64_t n = pos.size();
-  c.rice_bits[0] = q0 + n * static_cast<uint64_t>(k0 + 1);
-  c.rice_bits[1] = q1 + n * static_cast<uint64_t>(k0 + 2);
-  c.rice_bits[2] = q2 + n * static_cast<uint64_t>(k0 + 3);
-  const uint64_t best_rice_bytes = 1 + (std::min({c.rice_bits[0], c.rice_bits[1], c.rice_bits[2]}) + 7) / 8;
+  c.rice_bytes[0] = SplitRiceBytes(n, k0, q0);
+  c.rice_bytes[1] = SplitRiceBytes(n, k0 + 1, q1);
+  c.rice_bytes[2] = SplitRiceBytes(n, k0 + 2, q2);
+  const uint64_t best_rice_bytes = 1 + std::min({c.rice_bytes[0], c.rice_bytes[1], c.rice_bytes[2]});
   const uint64_t ranges_at_least = static_cast<uint64_t>(VarintSize(c.runs)) + 2 * c.runs;
   c.ranges_bytes = ranges_at_least >= std::min(best_rice_bytes, bitmap_bytes) ? ranges_at_least
                                                                                : RangesBytes(pos, block_start, c.runs);
@@ -101,7 +108,7 @@ BlockCosts MeasureBlock(std::span<const uint32_t> pos, uint64_t block_start, int
 
 // The code EncodeBlock writes for a block with changes, and its size after the method byte.
 struct BlockChoice {
-  LocationMethod method = LocationMethod::kRice;
+  LocationMethod method = LocationMethod::kSplitRice;
   int rice_k = 0;
   uint64_t runs = 0;
   size_t bytes = 0;
@@ -116,11 +123,12 @@ BlockChoice ChooseBlock(std::span<const uint32_t> pos, uint64_t block_start, uin
   const size_t bitmap_bytes = (block_len + 7) / 8;
   const BlockCosts costs = MeasureBlock(pos, block_start, k0, bitmap_bytes);
   int best_k = k0;
-  uint64_t best_bits = costs.rice_bits[0];
+  uint64_t best = costs.rice_bytes[0];
   for (int i = 1; i < 3; ++i)
-    if (costs.rice_bits[i] < best_bits) best_bits = costs.rice_bits[i], best_k = k0 + i;
-  const size_t rice_bytes = 1 + (best_bits + 7) / 8;
-  if (rice_bytes <= bitmap_bytes && rice_bytes <= costs.ranges_bytes) return {LocationMethod::kRice, best_k, costs.runs, rice_bytes};
+    if (costs.rice_bytes[i] < best) best = costs.rice_bytes[i], best_k = k0 + i;
+  const size_t rice_bytes = 1 + best;
+  if (rice_bytes <= bitmap_bytes && rice_bytes <= costs.ranges_bytes)
+    return {LocationMethod::kSplitRice, best_k, costs.runs, rice_bytes};
   if (bitmap_bytes <= costs.ranges_bytes) return {LocationMethod::kBitmap, 0, costs.runs, bitmap_bytes};
   return {LocationMethod::kRanges, 0, costs.runs, costs.ranges_bytes};
 }
@@ -132,28 +140,35 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
   const BlockChoice c = ChooseBlock(pos, block_start, block_len);
   out->push_back(static_cast<uint8_t>(c.method));
   switch (c.method) {
-    case LocationMethod::kRice: {
-      out->push_back(static_cast<uint8_t>(c.rice_k));
+    case LocationMethod::kSplitRice: {
+      // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start): first every gap's r low
+      // bits, then every quotient (zeros, then a one), each area padded (split_rice.h).
+      const int r = c.rice_k;
+      out->push_back(static_cast<uint8_t>(r));
       BitWriter w(*out, c.bytes - 1);  // the code's exact size, less its parameter byte
+      if (r > 0) {
+        BitWriter::Local bits(w);
+        const uint64_t mask = (uint64_t{1} << r) - 1;
+        bits.Put((pos[0] - block_start) & mask, r);
+        for (size_t i = 1; i < pos.size(); ++i) bits.Put((pos[i] - pos[i - 1] - 1) & mask, r);
+      }
+      w.Flush();
       {
-        BitWriter::Local gaps(w);
-        // Gap i is pos[i] - pos[i - 1] - 1 (pos[-1] + 1 = block_start); four per write.
+        BitWriter::Local bits(w);
         uint64_t prev = block_start;
-        size_t i = 0;
-        for (; i + 4 <= pos.size(); i += 4) {
-          gaps.PutRice4(pos[i] - prev, pos[i + 1] - pos[i] - 1, pos[i + 2] - pos[i + 1] - 1, pos[i + 3] - pos[i + 2] - 1,
-                        c.rice_k);
-          prev = uint64_t{pos[i + 3]} + 1;
+        for (const uint32_t p : pos) {
+          uint64_t q = (p - prev) >> r;
+          for (; q >= 56; q -= 56) bits.Put(0, 56);
+          bits.Put(uint64_t{1} << q, static_cast<int>(q) + 1);
+          prev = uint64_t{p} + 1;
         }
-        for (; i + 2 <= pos.size(); i += 2) {
-          gaps.PutRice2(pos[i] - prev, pos[i + 1] - pos[i] - 1, c.rice_k);
-          prev = uint64_t{pos[i + 1]} + 1;
-        }
-        if (i < pos.size()) gaps.PutRice(pos[i] - prev, c.rice_k);
       }
       w.Flush();
       break;
     }
+    case LocationMethod::kRice:  // read, no longer written
+      DCR_CHECK(false);
+      break;
     case LocationMethod::kBitmap: {
       size_t at = out->size();
       out->resize(at + c.bytes, 0);
@@ -221,7 +236,8 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
     bytes += static_cast<uint64_t>(VarintSize(n));
     if (n == 0) return;
     // Rice with parameter r: n(r + 1) bits plus sum(floor(gap / 2^r)) >= (G - n(2^r - 1)) / 2^r,
-    // where the gaps sum to G = last - start + 1 - n. Bounded below over every r.
+    // where the gaps sum to G = last - start + 1 - n. Bounded below over every r (the split code
+    // holds the same bits, padded).
     const uint64_t gaps = uint64_t{pos.back()} - start + 1 - n;
     uint64_t rice_bits = UINT64_MAX;
     for (int r = 0; r <= kMaxRiceK; ++r) {
@@ -279,6 +295,22 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
         });
         if (!read) return BlockError(b, beyond ? "position beyond the block" : "truncated Rice code");
         r.Skip(bits.bytes_consumed());
+        break;
+      }
+      case LocationMethod::kSplitRice: {
+        uint8_t k = 0;
+        if (!r.ReadByte(&k) || k > kMaxRiceK) return BlockError(b, "bad Rice parameter");
+        // Offsets in the block first (8 bytes each, a per-thread buffer reused across blocks
+        // and payloads), then positions.
+        thread_local std::vector<uint64_t> offsets;
+        if (offsets.size() < n) offsets.resize(n);
+        size_t used = 0;
+        const SplitRiceError e = GetSplitRiceOrdinals(r.Rest(), {&n, 1}, {&k, 1}, len, offsets.data(), &used);
+        if (!e.ok())
+          return BlockError(b, e.kind == SplitRiceError::Kind::kOutOfRange ? "position beyond the block" : e.Message());
+        uint32_t* out = room(n);
+        for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(start + offsets[i]);
+        r.Skip(used);
         break;
       }
       case LocationMethod::kBitmap: {

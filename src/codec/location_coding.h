@@ -1,6 +1,8 @@
 // Location coding: which positions of a chunk changed. The chunk is cut into blocks of
-// 2^block_log2 elements and each block picks the smallest of three codes (docs/format.md):
-// Rice-coded gaps (scattered changes), a bitmap (dense changes), or ranges (contiguous runs).
+// 2^block_log2 elements and each block picks the smallest of three codes (docs/format.md §2.2):
+// Rice-coded gaps (scattered changes; written split into remainders and quotients,
+// split_rice.h, decoded many per step), a bitmap (dense changes), or ranges (contiguous runs).
+// Interleaved Rice codes (method 0, delta formats 1-5) are still read.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@ namespace dcr {
 
 inline constexpr int kDefaultLocationBlockLog2 = 16;
 
-enum class LocationMethod : uint8_t { kRice = 0, kBitmap = 1, kRanges = 2 };
+enum class LocationMethod : uint8_t { kRice = 0, kBitmap = 1, kRanges = 2, kSplitRice = 3 };
 
 // Appends the code of `positions` (strictly ascending, each < count) to `out`.
 void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,

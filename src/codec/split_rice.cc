@@ -133,7 +133,8 @@ void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, ui
 
 // GetSplitRiceOrdinals of split_rice.h, for this target.
 SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
-                                        std::span<const uint8_t> rice, uint64_t limit, bool scalar, uint64_t* out) {
+                                        std::span<const uint8_t> rice, uint64_t limit, bool scalar, uint64_t* out,
+                                        size_t* consumed) {
   using Kind = SplitRiceError::Kind;
   const bool simd = kHaveSimd && !scalar;
   uint64_t total = 0, remainder_bits = 0;
@@ -145,7 +146,10 @@ SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::sp
     remainder_bits += counts[b] * rice[b];
     if ((remainder_bits + 7) / 8 > stream.size()) return {Kind::kRemaindersTruncated, b};
   }
-  if (total == 0) return stream.empty() ? SplitRiceError{} : SplitRiceError{Kind::kTrailingBytes, 0};
+  if (total == 0) {
+    if (consumed != nullptr) *consumed = 0;
+    return consumed != nullptr || stream.empty() ? SplitRiceError{} : SplitRiceError{Kind::kTrailingBytes, 0};
+  }
   const size_t remainder_bytes = static_cast<size_t>((remainder_bits + 7) / 8);
   if (remainder_bits % 8 != 0 && (stream[remainder_bytes - 1] >> (remainder_bits % 8)) != 0)
     return {Kind::kPaddingNotZero, counts.size() - 1};
@@ -156,10 +160,13 @@ SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::sp
     for (uint64_t before = counts[0]; before <= found; before += counts[b]) ++b;
     return {Kind::kTerminatorsMissing, b};
   }
-  // The code ends in the last byte, and nothing follows its last terminator.
+  // Nothing follows the last terminator in its byte, the code's last (the stream's, unless a
+  // prefix is asked for).
   const uint64_t last = out[total - 1];
-  if (last / 8 + 1 != unary.size() || (unary.back() >> (last % 8 + 1)) != 0)
+  const size_t end = static_cast<size_t>(last / 8 + 1);
+  if ((consumed == nullptr && end != unary.size()) || (unary[end - 1] >> (last % 8 + 1)) != 0)
     return {Kind::kTrailingBytes, counts.size() - 1};
+  if (consumed != nullptr) *consumed = remainder_bytes + end;
   uint64_t first = 0, after_previous = 0, rb = 0;  // the run's first code, terminator index and remainder bit
   for (size_t b = 0; b < counts.size(); ++b) {
     const uint64_t n = counts[b];
@@ -224,22 +231,21 @@ void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out) {
 }
 
 std::string SplitRiceError::Message() const {
-  const std::string in_band = " in band " + std::to_string(band);
   switch (kind) {
     case Kind::kNone: return "ok";
-    case Kind::kRemaindersTruncated: return "remainders run past the stream" + in_band;
-    case Kind::kPaddingNotZero: return "nonzero padding after the remainders";
-    case Kind::kTerminatorsMissing: return "truncated unary codes" + in_band;
-    case Kind::kOutOfRange: return "out-of-range gap" + in_band;
-    case Kind::kTrailingBytes: return "trailing bits after the last code";
+    case Kind::kRemaindersTruncated: return "split Rice remainders run past the code";
+    case Kind::kPaddingNotZero: return "nonzero padding after the split Rice remainders";
+    case Kind::kTerminatorsMissing: return "truncated split Rice quotients";
+    case Kind::kOutOfRange: return "out-of-range gap";
+    case Kind::kTrailingBytes: return "trailing bits after the last split Rice code";
   }
   return "unknown";
 }
 
 SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
-                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out) {
+                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out, size_t* consumed) {
   return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
-                                                        g_force_scalar.load(std::memory_order_relaxed), out);
+                                                        g_force_scalar.load(std::memory_order_relaxed), out, consumed);
 }
 
 }  // namespace dcr

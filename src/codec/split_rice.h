@@ -26,22 +26,27 @@ struct RiceRun {
 // (gap >> r zero bits, then a one bit), zero-padded to a byte. Nothing when there are no gaps.
 void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out);
 
-// Why GetSplitRiceOrdinals refused a stream; `band` names the run where that applies.
+// Why GetSplitRiceOrdinals refused a stream; `band` names the run where that applies
+// (NamesBand).
 struct SplitRiceError {
   enum class Kind { kNone, kRemaindersTruncated, kPaddingNotZero, kTerminatorsMissing, kOutOfRange, kTrailingBytes };
   Kind kind = Kind::kNone;
   size_t band = 0;
   bool ok() const { return kind == Kind::kNone; }
-  std::string Message() const;
+  bool NamesBand() const { return kind == Kind::kRemaindersTruncated || kind == Kind::kTerminatorsMissing || kind == Kind::kOutOfRange; }
+  std::string Message() const;  // what is wrong, without the band
 };
 
-// Decodes a split code of counts.size() runs (run b: counts[b] codes with parameter rice[b]) into
+// Decodes a split code of counts.size() runs (run b: counts[b] codes with parameter rice[b] <= 30) into
 // each run's ascending ordinals (gaps + 1 summed, the first from ordinal 0), run after run at
-// out[0, sum of counts). Every ordinal must lie below `limit`; the stream must hold exactly the
-// code (zero padding, nothing after the last terminator's byte). Never reads outside `stream`
-// and writes only out[0, sum of counts); on failure out's contents are unspecified.
+// out[0, sum of counts). Every ordinal must lie below `limit`; the padding must be zero and no
+// bit after the last terminator in its byte set. Without `consumed` the stream must end with
+// that byte; with it, the code is a prefix of `stream` and *consumed = its length in bytes.
+// Never reads outside `stream` and writes only out[0, sum of counts); on failure out's
+// contents are unspecified.
 SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
-                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out);
+                                    std::span<const uint8_t> rice, uint64_t limit, uint64_t* out,
+                                    size_t* consumed = nullptr);
 
 // For tests: decode with the scalar loop even where the SIMD one runs, or not.
 void ForceScalarSplitRice(bool scalar);

@@ -105,8 +105,9 @@ TEST(SplitRice, RandomRunsRoundTripOnBothDecodersInTheInterleavedCodesBits) {
     EXPECT_EQ(interleaved.size(), (bits + 7) / 8);
     EXPECT_LE(stream.size(), interleaved.size() + 1) << "trial " << trial;
     // The bound is exact: every ordinal below one past the largest, none below the largest.
-    if (!r.ordinals.empty())
+    if (!r.ordinals.empty()) {
       EXPECT_EQ(DecodeAlike(stream, r, r.limit - 1, "limit").error.kind, Kind::kOutOfRange) << "trial " << trial;
+    }
   }
 }
 
@@ -136,7 +137,9 @@ TEST(SplitRice, TruncationsAndBitFlipsDecodeAlikeOnBothDecoders) {
       std::vector<uint8_t> q = stream;
       q[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
       const Decoded d = DecodeAlike(q, r, r.limit, "flip " + std::to_string(bit));
-      if (bit / 8 + 1 == stream.size()) EXPECT_FALSE(d.error.ok()) << "trial " << trial << " flip in the last byte " << bit;
+      if (bit / 8 + 1 == stream.size()) {
+        EXPECT_FALSE(d.error.ok()) << "trial " << trial << " flip in the last byte " << bit;
+      }
       for (uint64_t o : d.ordinals) EXPECT_LT(o, r.limit);
     }
   }

@@ -27,9 +27,9 @@ inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '
 // container whose payloads may use banded context mode in parts (codec mode 3), which builds
 // reading only formats 1-3 cannot decode. Format 5 is the same container whose payloads may
 // store their values in Huffman streams (value codec 3), which builds reading only formats 1-4
-// cannot decode. Format 6 (written) is the same container whose payloads may use banded context
-// mode with split Rice streams (codec mode 4), which builds reading only formats 1-5 cannot
-// decode; formats 1-5 are still read.
+// cannot decode. Format 6 (written) is the same container whose payloads may hold split Rice
+// codes (banded context mode 4, plain location method 3), which builds reading only formats 1-5
+// cannot decode; formats 1-5 are still read.
 inline constexpr uint32_t kDeltaFormatVersion = 6;
 inline constexpr uint32_t kMinDeltaFormatVersion = 1;
 // u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
