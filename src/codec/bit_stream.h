@@ -104,7 +104,7 @@ class BitWriter {
     Local& operator=(const Local&) = delete;
 
     // nbits <= 56; `bits` has no bits set at or above nbits.
-    void Put(uint64_t bits, int nbits) {
+    [[gnu::always_inline]] void Put(uint64_t bits, int nbits) {
       acc_ |= bits << fill_;  // fill_ <= 7, so at most 63 bits are held
       fill_ += nbits;
       if (at_ + 8 > cap_) [[unlikely]] {
@@ -159,6 +159,27 @@ class BitWriter {
       PutRice2(c, d, r);
     }
 
+    // Four r-bit fields (r <= 30, each value below 2^r), a first: one Put where they fit
+    // (r <= 14), else two or four. The remainders of split Rice codes (split_rice.h).
+    [[gnu::always_inline]] void PutFields4(uint64_t a, uint64_t b, uint64_t c, uint64_t d, int r) {
+      if (r <= 14) [[likely]]
+        return Put(a | b << r | c << (2 * r) | d << (3 * r), 4 * r);
+      if (r <= 28) return Put(a | b << r, 2 * r), Put(c | d << r, 2 * r);
+      Put(a, r), Put(b, r), Put(c, r), Put(d, r);
+    }
+    // q zero bits, then a one bit: a split Rice code's quotient (split_rice.h).
+    void PutTerminated(uint64_t q) {
+      for (; q >= 56; q -= 56) Put(0, 56);
+      Put(uint64_t{1} << q, static_cast<int>(q) + 1);
+    }
+    // PutTerminated of four quotients, in one Put where they fit (all below 14: at most 56 bits).
+    [[gnu::always_inline]] void PutTerminated4(uint64_t qa, uint64_t qb, uint64_t qc, uint64_t qd) {
+      if ((qa | qb | qc | qd) < 14) [[likely]] {
+        const uint64_t b = qa + 1 + qb, c = b + 1 + qc, d = c + 1 + qd;
+        return Put(uint64_t{1} << qa | uint64_t{1} << b | uint64_t{1} << c | uint64_t{1} << d, static_cast<int>(d) + 1);
+      }
+      PutTerminated(qa), PutTerminated(qb), PutTerminated(qc), PutTerminated(qd);
+    }
     // The first `nbits` bits of `bits` (LSB-first, as a BitWriter wrote them), bit for bit.
     void AppendBits(std::span<const uint8_t> bits, uint64_t nbits) {
       const uint8_t* p = bits.data();

@@ -146,22 +146,27 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
       const int r = c.rice_k;
       out->push_back(static_cast<uint8_t>(r));
       BitWriter w(*out, c.bytes - 1);  // the code's exact size, less its parameter byte
+      // Four codes per write where they fit.
+      auto put_gaps = [&](auto&& put4, auto&& put1) {
+        uint64_t next = block_start;  // pos[i - 1] + 1
+        size_t i = 0;
+        for (; i + 4 <= pos.size(); i += 4) {
+          put4(pos[i] - next, pos[i + 1] - pos[i] - 1, pos[i + 2] - pos[i + 1] - 1, pos[i + 3] - pos[i + 2] - 1);
+          next = uint64_t{pos[i + 3]} + 1;
+        }
+        for (; i < pos.size(); ++i) put1(pos[i] - next), next = uint64_t{pos[i]} + 1;
+      };
       if (r > 0) {
         BitWriter::Local bits(w);
-        const uint64_t mask = (uint64_t{1} << r) - 1;
-        bits.Put((pos[0] - block_start) & mask, r);
-        for (size_t i = 1; i < pos.size(); ++i) bits.Put((pos[i] - pos[i - 1] - 1) & mask, r);
+        const uint64_t m = (uint64_t{1} << r) - 1;
+        put_gaps([&](uint64_t a, uint64_t b, uint64_t c, uint64_t d) { bits.PutFields4(a & m, b & m, c & m, d & m, r); },
+                 [&](uint64_t a) { bits.Put(a & m, r); });
       }
       w.Flush();
       {
         BitWriter::Local bits(w);
-        uint64_t prev = block_start;
-        for (const uint32_t p : pos) {
-          uint64_t q = (p - prev) >> r;
-          for (; q >= 56; q -= 56) bits.Put(0, 56);
-          bits.Put(uint64_t{1} << q, static_cast<int>(q) + 1);
-          prev = uint64_t{p} + 1;
-        }
+        put_gaps([&](uint64_t a, uint64_t b, uint64_t c, uint64_t d) { bits.PutTerminated4(a >> r, b >> r, c >> r, d >> r); },
+                 [&](uint64_t a) { bits.PutTerminated(a >> r); });
       }
       w.Flush();
       break;

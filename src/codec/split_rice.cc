@@ -209,23 +209,28 @@ void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out) {
   for (const RiceRun& run : runs) codes += run.gaps.size();
   if (codes == 0) return;
   BitWriter w(*out);
-  {
+  {  // four codes per write where they fit
     BitWriter::Local bits(w);
     for (const RiceRun& run : runs) {
       if (run.r == 0) continue;
-      const uint64_t mask = (uint64_t{1} << run.r) - 1;
-      for (uint64_t g : run.gaps) bits.Put(g & mask, run.r);
+      const int r = run.r;
+      const uint64_t mask = (uint64_t{1} << r) - 1;
+      const uint64_t* g = run.gaps.data();
+      size_t i = 0;
+      for (; i + 4 <= run.gaps.size(); i += 4) bits.PutFields4(g[i] & mask, g[i + 1] & mask, g[i + 2] & mask, g[i + 3] & mask, r);
+      for (; i < run.gaps.size(); ++i) bits.Put(g[i] & mask, r);
     }
   }
   w.Flush();
   {
     BitWriter::Local bits(w);
-    for (const RiceRun& run : runs)
-      for (uint64_t g : run.gaps) {
-        uint64_t q = g >> run.r;
-        for (; q >= 56; q -= 56) bits.Put(0, 56);
-        bits.Put(uint64_t{1} << q, static_cast<int>(q) + 1);
-      }
+    for (const RiceRun& run : runs) {
+      const int r = run.r;
+      const uint64_t* g = run.gaps.data();
+      size_t i = 0;
+      for (; i + 4 <= run.gaps.size(); i += 4) bits.PutTerminated4(g[i] >> r, g[i + 1] >> r, g[i + 2] >> r, g[i + 3] >> r);
+      for (; i < run.gaps.size(); ++i) bits.PutTerminated(g[i] >> r);
+    }
   }
   w.Flush();
 }
