@@ -71,8 +71,8 @@ struct EncodeOptions {
   uint64_t band_part_elements = kDefaultBandPartElements;
   // From this many values a payload's Huffman value section is in two streams (codec 3).
   uint64_t value_streams_min = kValueStreamsMin;
-  // Context mode: split Rice streams (mode 4); false writes mode 3, as delta format 4-5 readers
-  // decode it (for tests of that decoder).
+  // Context mode: split Rice streams (mode 4); false writes mode 3 instead, for tests of its
+  // decoder (plain location blocks are split Rice, method 3, either way).
   bool split_rice = true;
 };
 
