@@ -159,8 +159,8 @@ class BitWriter {
       PutRice2(c, d, r);
     }
 
-    // Four r-bit fields (r <= 30, each value below 2^r), a first: one Put where they fit
-    // (r <= 14), else two or four. The remainders of split Rice codes (split_rice.h).
+    // Four r-bit fields (r <= 30, each value below 2^r), `a` in the lowest bits: one Put where
+    // they fit (r <= 14), else two or four. The remainders of split Rice codes (split_rice.h).
     [[gnu::always_inline]] void PutFields4(uint64_t a, uint64_t b, uint64_t c, uint64_t d, int r) {
       if (r <= 14) [[likely]]
         return Put(a | b << r | c << (2 * r) | d << (3 * r), 4 * r);
