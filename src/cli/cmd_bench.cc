@@ -104,7 +104,7 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
   const int per_payload = ThreadsPerItem(np, threads);
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
-    thread_local DecodedPayload p;  // reused, as a receiver's decoder thread would
+    thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
     DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup, per_payload));
     return ApplyPayload(p, [&](uint32_t t) { return std::span<uint8_t>(work[t]); }, per_payload);
   }));

@@ -85,10 +85,10 @@ Status ReadBandedHeader(std::span<const uint8_t> in, BandedForm form, uint64_t t
 class PartDecoder {
  public:
   PartDecoder(const BandedHeader& h, std::span<const ContextSegment> segs, uint64_t total_elements,
-              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions)
+              std::span<const std::span<uint32_t>> positions)
       : h_(h), segs_(segs), positions_(positions), starts_(FindBandPartStarts(segs, total_elements, h.parts)) {
     segment_first_.resize(segs.size() + 1);
-    for (size_t s = 0; s < segs.size(); ++s) segment_first_[s + 1] = segment_first_[s] + expected[s];
+    for (size_t s = 0; s < segs.size(); ++s) segment_first_[s + 1] = segment_first_[s] + positions[s].size();
     for (size_t p = 0; p < h.parts; ++p) {
       uint64_t n = 0;
       for (size_t b = 0; b < kMaxContextBands; ++b) n += h.count[p][b];
@@ -161,7 +161,7 @@ class PartDecoder {
  private:
   const BandedHeader& h_;
   std::span<const ContextSegment> segs_;
-  std::span<std::vector<uint32_t>* const> positions_;
+  std::span<const std::span<uint32_t>> positions_;
   BandPartStarts starts_{};
   std::vector<uint64_t> segment_first_;                     // [s]: the payload-order index of segment s's first change
   std::array<uint64_t, kMaxBandParts + 1> change_first_{};  // [p]: the same of part p's first change
@@ -193,15 +193,14 @@ BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t
 uint64_t GetBandPartsDecodedByHelper() { return g_helper_parts.load(); }
 
 Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
-                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
+                             std::span<const std::span<uint32_t>> positions,
                              int threads, ClaimableTask* also) {
   const uint64_t total_elements = TotalElements(segs);
   uint64_t total_expected = 0;
-  for (uint64_t e : expected) total_expected += e;
+  for (const auto& p : positions) total_expected += p.size();
   BandedHeader h;
   DCR_RETURN_IF_ERROR(ReadBandedHeader(in, form, total_elements, total_expected, &h));
-  for (size_t s = 0; s < segs.size(); ++s) positions[s]->resize(expected[s]);
-  const PartDecoder decoder(h, segs, total_elements, expected, positions);
+  const PartDecoder decoder(h, segs, total_elements, positions);
   // Ordinals of every part, part after part (8 bytes per change): the calling thread's buffer,
   // each part writing only its own range.
   uint64_t* ordinals = ScratchWords(total_expected).data();

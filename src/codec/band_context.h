@@ -89,15 +89,15 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
 bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads);
 
 // Inverse, for every form:
-// fills *positions[i] with exactly expected[i] ascending positions of segment i, or fails with
-// kCorrupt. Never reads outside `in` or the segments' base bytes; memory is bounded by the sum
-// of `expected`. With threads >= 2, a helper thread may decode parts (when it comes in time);
+// fills positions[i] with exactly positions[i].size() ascending positions of segment i, or fails
+// with kCorrupt (the spans' contents then unspecified). Never reads outside `in` or the
+// segments' base bytes; the memory it uses besides `positions` is bounded by their total size.
+// With threads >= 2, a helper thread may decode parts (when it comes in time);
 // positions and errors are the same as with one thread (the first failing part's error). With
 // threads >= 2, the helper also runs `also` (another section's decode) if no thread has claimed
 // it; the caller runs it afterwards if it is still unclaimed.
 Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
-                             std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions,
-                             int threads = 1, ClaimableTask* also = nullptr);
+                             std::span<const std::span<uint32_t>> positions, int threads = 1, ClaimableTask* also = nullptr);
 
 // Parts that a helper thread (not the calling thread) decoded, since the process started.
 uint64_t GetBandPartsDecodedByHelper();

@@ -226,7 +226,7 @@ HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, 
 template <bool kFastPdep>
 bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands& bands,
                         const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room_of,
-                        std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+                        std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled) {
   constexpr bool fast_pdep = kFastPdep;
   // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
   // changed elements, either one by one (few changes) or by depositing a bitmap of its changes
@@ -249,7 +249,7 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
     const TileClassifier& classes = classifiers.For(segs[s]);
     const uint32_t w = classes.width;
     const uint64_t n = s + 1 == part->seg_end ? std::min(segs[s].base.size() / w, part->end_elem) : segs[s].base.size() / w;
-    uint32_t* out = positions[s]->data() + (s == part->from_seg ? part->first_out : 0);
+    uint32_t* out = positions[s].data() + (s == part->from_seg ? part->first_out : 0);
     uint64_t room = room_of[s];
     for (uint64_t tile = s == part->from_seg ? part->from_elem : 0; tile < n && ok; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
@@ -351,7 +351,7 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
-                    std::span<const uint64_t> room_of, std::span<std::vector<uint32_t>* const> positions, WalkPart* part,
+                    std::span<const uint64_t> room_of, std::span<const std::span<uint32_t>> positions, WalkPart* part,
                     std::vector<uint64_t>* filled) {
   return fast_pdep ? DecodeBandWalkWith<true>(segs, bands, ordinals, room_of, positions, part, filled)
                    : DecodeBandWalkWith<false>(segs, bands, ordinals, room_of, positions, part, filled);
@@ -419,7 +419,7 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
-                    std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled) {
   static const bool fast_cpu = FastBitDeposit();
   const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
   return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled);

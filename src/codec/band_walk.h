@@ -60,7 +60,7 @@ struct WalkPart {
 // once.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
-                    std::span<std::vector<uint32_t>* const> positions, WalkPart* part, std::vector<uint64_t>* filled);
+                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled);
 
 // For tests: the band rows the walks build for elements [tile, tile + tn) of `seg` (tile a
 // multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. rows:

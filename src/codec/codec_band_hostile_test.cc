@@ -5,6 +5,7 @@
 // case is pinned.
 #include "codec/context_test_support.h"
 #include "codec/split_rice.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -255,7 +256,7 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     DecodedPayload d;
     Status s = DecodePayload(CraftContext(kBands, 1, u8_table, in_mode(loc), {0x42}), &d, u8_lookup);
     if (s.ok()) {
-      EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
+      EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x42}));
       return d.segments[0].changes.positions.empty() ? int64_t{-1} : int64_t{d.segments[0].changes.positions[0]};
     }
     return -static_cast<int64_t>(s.code()) - 100;
@@ -295,8 +296,8 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
   ASSERT_EQ(d.segments.size(), 1u);
   EXPECT_EQ(d.mode, kBands);
   EXPECT_EQ(d.segments[0].spec.start, 100u);
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
-  EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{1, 4}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
   // Without the old bits the payload cannot be decoded.
   EXPECT_EQ(DecodePayload(CraftContext(kBands, 1, bf16_table, loc, {0x11, 0x22, 0x33, 0x44}), &d).code(),
             StatusCode::kUnsupported);
@@ -321,7 +322,7 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
     EXPECT_EQ(LocationSection(p), (std::vector<uint8_t>{1, 1, 2, 1, 0b01, 0b101}));
     DecodedPayload e;
     ASSERT_TRUE(DecodePayload(p, &e, bf16_lookup).ok());
-    EXPECT_EQ(e.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
+    EXPECT_EQ(AsVector(e.segments[0].changes.positions), (std::vector<uint32_t>{1, 4}));
   }
 
   // Two segments sharing band 0 (U8 then I16): ordinals run across segments. Changes at U8[3]
@@ -333,8 +334,8 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
   const auto two_table = Cat(Seg(DType::kU8, ValueKind::kXor, 0, 0, 8, 1), Seg(DType::kI16, ValueKind::kXor, 1, 0, 2, 1));
   s = DecodePayload(CraftContext(kBands, 2, two_table, in_mode({1, 2, 0, 0b11110111, 0b0}), {5, 6, 7}), &d, two_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{3}));
-  EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{3}));
+  EXPECT_EQ(AsVector(d.segments[1].changes.positions), (std::vector<uint32_t>{0}));
   // Both changes placed in the first segment: more than its table entry allows.
   EXPECT_EQ(DecodePayload(CraftContext(kBands, 2, two_table, in_mode({1, 2, 0, 0b00000111}), {5, 6, 7}), &d, two_lookup).code(), kC);
   }
@@ -352,13 +353,13 @@ TEST(BandHostile, HandBuiltBandCodesFollowTheFormat) {
   };
   s = two_parts({1, 2, 1, 0, 1, 0, 1, 0x1f, 0x7f});
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 4103}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{5, 4103}));
   EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 2, 0x1f, 0x7f}).code(), kC);     // part 0's stream a byte long
   EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 12, 1, 0x1f, 0x01, 0x00}).code(), kC);  // gap 4096 (rice 12: 1 0 | 0...0) of 4096
   // Both changes in part 0 (gaps 5, 6: ordinals 5, 12); part 1 has none and an empty stream.
   s = two_parts({1, 2, 2, 0, 0, 2, 0xdf, 0x0f});
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 12}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{5, 12}));
   EXPECT_EQ(two_parts({1, 2, 2, 0, 0, 2, 0xdf, 0x0f, 0x00}).code(), kC);  // a byte in part 1's stream
   EXPECT_EQ(two_parts({1, 3, 1, 0, 1, 0, 0, 1, 0x1f, 0x7f}).code(), kC);  // 3 parts need 12288 elements
 }
@@ -388,8 +389,8 @@ TEST(BandHostile, HandBuiltSplitRiceCodesFollowTheFormat) {
       const Status s = bf16(loc);
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_EQ(d.mode, CodecMode::kContextSplitRice);
-      EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
-      EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
+      EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{1, 4}));
+      EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
     }
     EXPECT_EQ(bf16({2, 0x80, 1, 1, 0, 1, 0, 0x04, 0x08}).code(), kC);   // band 1's ordinal 8 of its 8 members
     EXPECT_EQ(bf16({2, 0x80, 1, 1, 1, 1, 2, 0b1000, 0b110}).code(), kC);  // nonzero remainder padding
@@ -409,7 +410,7 @@ TEST(BandHostile, HandBuiltSplitRiceCodesFollowTheFormat) {
     };
     const Status s = two_parts({1, 2, 1, 0, 1, 0, 1, 0x20, 0x80});
     ASSERT_TRUE(s.ok()) << s.ToString();
-    EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5, 4103}));
+    EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{5, 4103}));
     EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 2, 0x20, 0x80}).code(), kC);  // part 0's stream two bytes long
     EXPECT_EQ(two_parts({1, 2, 1, 0, 1, 0, 1, 0x20, 0x80, 0x00}).code(), kC);  // a byte after part 1's code
     ForceScalarSplitRice(false);

@@ -3,6 +3,7 @@
 // re-signed class tables that break a rule of docs/format.md §2.6 are kCorrupt; random edits are
 // refused or decode well formed; hand-built codes written from the format description decode.
 #include "codec/context_test_support.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -162,7 +163,7 @@ TEST(LegacyContextHostile, HandBuiltContextCodesFollowTheFormat) {
     DecodedPayload d;
     Status s = DecodePayload(CraftContext(CodecMode::kContext, 1, u8_table, loc, {0x42}), &d, u8_lookup);
     if (s.ok()) {
-      EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
+      EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x42}));
       return d.segments[0].changes.positions.empty() ? int64_t{-1} : int64_t{d.segments[0].changes.positions[0]};
     }
     return -static_cast<int64_t>(s.code()) - 100;
@@ -198,8 +199,8 @@ TEST(LegacyContextHostile, HandBuiltContextCodesFollowTheFormat) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(d.segments.size(), 1u);
   EXPECT_EQ(d.segments[0].spec.start, 100u);
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{1, 4}));
-  EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{1, 4}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x11, 0x33, 0x22, 0x44}));
   // Classes out of order, and the same code against a base with a single class.
   EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 1, bf16_table, {2, 0x80, 1, 0, 0x7f, 1, 0, 0b0011}, {1, 2, 3, 4}), &d, bf16_lookup).code(), kC);
   std::vector<uint8_t> flat(32);
@@ -216,8 +217,8 @@ TEST(LegacyContextHostile, HandBuiltContextCodesFollowTheFormat) {
   const auto two_table = Cat(Seg(DType::kU8, ValueKind::kXor, 0, 0, 8, 1), Seg(DType::kI16, ValueKind::kXor, 1, 0, 2, 1));
   s = DecodePayload(CraftContext(CodecMode::kContext, 2, two_table, {1, 0, 2, 0, 0b11110111, 0b0}, {5, 6, 7}), &d, two_lookup);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{3}));
-  EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{3}));
+  EXPECT_EQ(AsVector(d.segments[1].changes.positions), (std::vector<uint32_t>{0}));
   // Both changes in the first segment: its table entry says one.
   EXPECT_EQ(DecodePayload(CraftContext(CodecMode::kContext, 2, two_table, {1, 0, 2, 0, 0b00000111}, {5, 6, 7}), &d, two_lookup).code(), kC);
   // Both in the second.

@@ -19,6 +19,7 @@
 #include "codec/payload_craft_test_support.h"
 #include "codec/section_coding.h"
 #include "codec/value_coding.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -178,8 +179,8 @@ TEST(HostilePayload, HandBuiltPayloadsFollowingTheFormatDecode) {
   Status s = DecodePayload(one, &d);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(d.segments.size(), 1u);
-  EXPECT_EQ(d.segments[0].changes.positions, (std::vector<uint32_t>{5}));
-  EXPECT_EQ(d.segments[0].changes.values, (std::vector<uint8_t>{0x42}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.positions), (std::vector<uint32_t>{5}));
+  EXPECT_EQ(AsVector(d.segments[0].changes.values), (std::vector<uint8_t>{0x42}));
   // Two segments of one tensor, adjacent: [0, 16) U8 and [16, 32) U16 overwrite (bitmap {0, 2});
   // the U16 values are stored as byte planes {1, 2} {3, 4}.
   auto two = Craft(4, 2, Cat(Seg(DType::kU8, 0, 7, 0, 16, 1), Seg(DType::kU16, 1, 7, 16, 16, 2)),
@@ -189,8 +190,8 @@ TEST(HostilePayload, HandBuiltPayloadsFollowingTheFormatDecode) {
   ASSERT_EQ(d.segments.size(), 2u);
   EXPECT_EQ(d.segments[1].spec.start, 16u);
   EXPECT_EQ(d.segments[1].spec.kind, ValueKind::kOverwrite);
-  EXPECT_EQ(d.segments[1].changes.positions, (std::vector<uint32_t>{0, 2}));
-  EXPECT_EQ(d.segments[1].changes.values, (std::vector<uint8_t>{1, 3, 2, 4}));
+  EXPECT_EQ(AsVector(d.segments[1].changes.positions), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(AsVector(d.segments[1].changes.values), (std::vector<uint8_t>{1, 3, 2, 4}));
 }
 
 TEST(HostilePayload, EveryTruncationIsCorrupt) {
@@ -413,7 +414,7 @@ TEST(HostilePayload, ZstdSectionsWithoutContentSizeMustDecodeToTheDeclaredLength
   DecodedPayload d;
   Status ok = DecodePayload(build(frame_without_size(val)), &d);
   ASSERT_TRUE(ok.ok()) << ok.ToString();
-  EXPECT_EQ(d.segments[0].changes.values, val);
+  EXPECT_EQ(AsVector(d.segments[0].changes.values), val);
   EXPECT_EQ(DecodeCode(build(frame_without_size(std::vector<uint8_t>(65, 7)))), StatusCode::kCorrupt);
   EXPECT_EQ(DecodeCode(build(frame_without_size(std::vector<uint8_t>(63, 7)))), StatusCode::kCorrupt);
   EXPECT_EQ(DecodeCode(build(std::vector<uint8_t>(40, 0xab))), StatusCode::kCorrupt);  // not a zstd frame
@@ -444,8 +445,8 @@ TEST(HostilePayload, ResignedHuffmanValueSectionsWrittenByTheFormatDecode) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(got.segments.size(), want.segments.size());
   for (size_t i = 0; i < got.segments.size(); ++i) {
-    EXPECT_EQ(got.segments[i].changes.positions, want.segments[i].changes.positions);
-    EXPECT_EQ(got.segments[i].changes.values, want.segments[i].changes.values);
+    EXPECT_EQ(AsVector(got.segments[i].changes.positions), AsVector(want.segments[i].changes.positions));
+    EXPECT_EQ(AsVector(got.segments[i].changes.values), AsVector(want.segments[i].changes.values));
   }
   // Longer codes than needed and an incomplete code are fine too.
   for (auto& [sym, l] : h.lengths) l = 15;

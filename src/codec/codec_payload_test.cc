@@ -15,6 +15,7 @@
 #include "codec/location_coding.h"
 #include "codec/payload_codec.h"
 #include "codec/section_coding.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -178,7 +179,7 @@ void ExpectSegmentMatches(const DecodedSegment& seg, const CodecCase& c, uint32_
   EXPECT_EQ(seg.spec.kind, c.kind) << what;
   EXPECT_EQ(seg.spec.start, c.start) << what;
   EXPECT_EQ(seg.spec.count, c.count) << what;
-  ASSERT_EQ(seg.changes.positions, c.changed) << what;
+  ASSERT_EQ(AsVector(seg.changes.positions), c.changed) << what;
   ASSERT_EQ(seg.changes.width, w) << what;
   ASSERT_EQ(seg.changes.values.size(), c.changed.size() * w) << what;
   // Values are XOR masks or new bits, as the kind says.
@@ -309,8 +310,11 @@ TEST(PayloadRoundTrip, OneElementSegmentAtTheEndOfATensorWorks) {
 
 // Segments of many tensors (every dtype, both kinds, one tensor split in two, unchanged
 // segments left out) share one payload, and each decodes and applies exactly.
+// Also: one DecodedPayload reused for payloads of different segment counts and sizes (its
+// storage grows and is handed out again) decodes each as a fresh one does.
 TEST(PayloadRoundTrip, SegmentsOfManyTensorsShareOnePayloadAndEachAppliesExactly) {
   std::mt19937_64 rng(15);
+  DecodedPayload reused;
   for (int rep = 0; rep < 6; ++rep) {
     std::vector<CodecCase> cases;
     std::vector<uint32_t> tensors;
@@ -361,6 +365,11 @@ TEST(PayloadRoundTrip, SegmentsOfManyTensorsShareOnePayloadAndEachAppliesExactly
     EXPECT_EQ(d.changed(), total);
     for (size_t k = 0; k < added.size(); ++k)
       ExpectSegmentMatches(d.segments[k], cases[added[k]], tensors[added[k]], "rep " + std::to_string(rep) + " segment " + std::to_string(k));
+    ASSERT_TRUE(DecodePayload(payload, &reused).ok());
+    ASSERT_EQ(reused.segments.size(), added.size());
+    for (size_t k = 0; k < added.size(); ++k)
+      ExpectSegmentMatches(reused.segments[k], cases[added[k]], tensors[added[k]],
+                           "reused, rep " + std::to_string(rep) + " segment " + std::to_string(k));
     // Both halves applied to one copy give the whole tensor's next bits inside [start, end).
     std::vector<uint8_t> t = whole.base;
     for (size_t k = 0; k < added.size(); ++k)

@@ -341,8 +341,8 @@ TEST(BytePlanes, SplitAndJoinAreInversesForEveryWidth) {
     // Plane b holds byte b of every element.
     for (size_t i = 0; i < 1001; ++i)
       for (uint32_t b = 0; b < w; ++b) ASSERT_EQ(planes[1 + b * 1001 + i], values[i * w + b]);
-    std::vector<uint8_t> back;
-    FromBytePlanes(std::span<const uint8_t>(planes).subspan(1), w, &back);
+    std::vector<uint8_t> back(values.size());
+    FromBytePlanes(std::span<const uint8_t>(planes).subspan(1), w, back);
     EXPECT_EQ(back, values);
   }
 }

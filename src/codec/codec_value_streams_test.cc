@@ -16,6 +16,7 @@
 #include "codec/payload_craft_test_support.h"
 #include "codec/value_coding.h"
 #include "codec/value_symbols.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -48,11 +49,14 @@ Values MakeValues(const std::vector<std::pair<uint32_t, uint64_t>>& shape, uint3
 // Decoder inputs for v's runs (widths and counts, no bytes) and their outputs, in *out.
 struct DecodeTargets {
   std::vector<ValueRun> runs;
-  std::vector<std::vector<uint8_t>*> outs;
+  std::vector<std::span<uint8_t>> outs;
   DecodeTargets(const Values& v, std::vector<std::vector<uint8_t>>* out) {
     for (const ValueRun& r : v.runs) runs.push_back({r.width, r.count, {}});
     out->assign(runs.size(), {});
-    for (auto& o : *out) outs.push_back(&o);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      (*out)[k].resize(runs[k].count * runs[k].width);
+      outs.push_back((*out)[k]);
+    }
   }
 };
 
@@ -301,7 +305,7 @@ TEST(ValueStreams, PayloadsDecodeAndFailAlikeOnOneAndTwoThreads) {
   DecodedPayload one, two;
   ASSERT_TRUE(DecodePayload(p, &one, {}, 1).ok());
   ASSERT_TRUE(DecodePayload(p, &two, {}, 2).ok());
-  EXPECT_EQ(one.segments[0].changes.values, two.segments[0].changes.values);
+  EXPECT_EQ(AsVector(one.segments[0].changes.values), AsVector(two.segments[0].changes.values));
   std::vector<uint8_t> applied = base;
   ASSERT_TRUE(ApplySegment(one.segments[0], applied).ok());
   EXPECT_EQ(applied, next);

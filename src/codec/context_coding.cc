@@ -84,10 +84,10 @@ void EncodeContextLocations(std::span<const ContextSegment> segs, std::span<cons
 }
 
 Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
-                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions) {
+                              std::span<const std::span<uint32_t>> positions) {
   const uint64_t total_elements = TotalElements(segs);
   uint64_t total_expected = 0;
-  for (uint64_t e : expected) total_expected += e;
+  for (const auto& p : positions) total_expected += p.size();
   ByteReader r(in);
   uint64_t present = 0;
   if (!r.ReadVarint(&present) || present == 0 || present > kClasses) return Corrupt("context code: bad class count");
@@ -124,11 +124,11 @@ Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const Conte
   std::array<uint64_t, kClasses> ordinal{}, target;
   std::array<size_t, kClasses> cursor{};
   for (int c = 0; c < kClasses; ++c) target[c] = ordinals[c].empty() ? UINT64_MAX : ordinals[c][0];
-  for (auto* p : positions) p->clear();
+  std::vector<size_t> have(segs.size(), 0);  // positions found per segment
   bool overflow = false;
   ForEachClassed(segs, [&](size_t s, uint64_t i, uint32_t c) {
     if (ordinal[c]++ != target[c]) return;
-    if (positions[s]->size() < expected[s]) positions[s]->push_back(static_cast<uint32_t>(i));
+    if (have[s] < positions[s].size()) positions[s][have[s]++] = static_cast<uint32_t>(i);
     else overflow = true;
     const auto& o = ordinals[c];
     target[c] = ++cursor[c] < o.size() ? o[cursor[c]] : UINT64_MAX;
@@ -137,7 +137,7 @@ Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const Conte
   for (const ClassCode& c : classes)
     if (cursor[static_cast<size_t>(c.id)] != c.k) return Corrupt("context code: class " + std::to_string(c.id) + " has ordinals past its population");
   for (size_t s = 0; s < segs.size(); ++s)
-    if (positions[s]->size() != expected[s]) return Corrupt("context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
+    if (have[s] != positions[s].size()) return Corrupt("context code: segment " + std::to_string(s) + " change count disagrees with its table entry");
   return Status::Ok();
 }
 

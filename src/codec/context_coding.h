@@ -47,9 +47,10 @@ inline uint64_t TotalElements(std::span<const ContextSegment> segs) {
 void EncodeContextLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                             std::vector<uint8_t>* out);
 
-// Inverse: fills *positions[i] with exactly expected[i] ascending positions of segment i, or
-// fails with kCorrupt. Never reads outside `in` or the segments' base bytes.
+// Inverse: fills positions[i] with exactly positions[i].size() ascending positions of segment
+// i, or fails with kCorrupt (the spans' contents then unspecified). Never reads outside `in` or
+// the segments' base bytes.
 Status DecodeContextLocations(std::span<const uint8_t> in, std::span<const ContextSegment> segs,
-                              std::span<const uint64_t> expected, std::span<std::vector<uint32_t>* const> positions);
+                              std::span<const std::span<uint32_t>> positions);
 
 }  // namespace dcr

@@ -22,6 +22,7 @@
 #include "codec/payload_codec.h"
 #include "codec/payload_craft_test_support.h"
 #include "codec/section_coding.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -179,8 +180,8 @@ void ExpectSameSegments(const DecodedPayload& a, const DecodedPayload& b, const 
     EXPECT_EQ(x.spec.start, y.spec.start) << what;
     EXPECT_EQ(x.spec.count, y.spec.count) << what;
     ASSERT_EQ(x.changes.width, y.changes.width) << what;
-    ASSERT_EQ(x.changes.positions, y.changes.positions) << what << " segment " << i;
-    ASSERT_EQ(x.changes.values, y.changes.values) << what << " segment " << i;
+    ASSERT_EQ(AsVector(x.changes.positions), AsVector(y.changes.positions)) << what << " segment " << i;
+    ASSERT_EQ(AsVector(x.changes.values), AsVector(y.changes.values)) << what << " segment " << i;
   }
 }
 

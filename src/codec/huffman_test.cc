@@ -450,10 +450,11 @@ ValueCodec ExpectValuesRoundTrip(const Runs& in, const std::string& what, std::v
   std::vector<uint8_t> again;
   EXPECT_EQ(EncodeValues(in.Bound(), 3, &again), codec) << what;
   EXPECT_EQ(again, stored) << what;
-  std::vector<std::vector<uint8_t>> outs(in.runs.size());
-  std::vector<std::vector<uint8_t>*> ptrs;
-  for (auto& o : outs) ptrs.push_back(&o);
-  Status s = DecodeValues(codec, stored, in.runs, ptrs);
+  std::vector<std::vector<uint8_t>> outs;
+  std::vector<std::span<uint8_t>> spans;
+  for (const ValueRun& r : in.runs) outs.emplace_back(r.count * r.width);
+  for (auto& o : outs) spans.push_back(o);
+  Status s = DecodeValues(codec, stored, in.runs, spans);
   EXPECT_TRUE(s.ok()) << what << ": " << s.ToString();
   for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i], in.bytes[i]) << what << " run " << i;
   if (stored_out) *stored_out = stored;
@@ -602,8 +603,8 @@ TEST(ValueCoding, PlaneCodecsStillRoundTrip) {
   ToBytePlanes(in.bytes[0], 2, &planes);
   ToBytePlanes(in.bytes[1], 1, &planes);
   EXPECT_EQ(planes, (std::vector<uint8_t>{0x34, 0xcd, 0x12, 0xab, 0x77}));
-  std::vector<uint8_t> a, b;
-  std::vector<std::vector<uint8_t>*> outs = {&a, &b};
+  std::vector<uint8_t> a(4), b(1);
+  std::vector<std::span<uint8_t>> outs = {a, b};
   ASSERT_TRUE(DecodeValues(ValueCodec::kPlanesRaw, planes, in.runs, outs).ok());
   EXPECT_EQ(a, in.bytes[0]);
   EXPECT_EQ(b, in.bytes[1]);
@@ -650,10 +651,10 @@ std::vector<uint8_t> HuffmanForm(std::vector<std::pair<uint32_t, int>> sym_len, 
 
 Status DecodeHuffmanForm(const std::vector<uint8_t>& stored, const std::vector<ValueRun>& runs,
                          std::vector<std::vector<uint8_t>>* outs) {
-  outs->assign(runs.size(), {});
-  std::vector<std::vector<uint8_t>*> ptrs;
-  for (auto& o : *outs) ptrs.push_back(&o);
-  return DecodeValues(ValueCodec::kHuffman, stored, runs, ptrs);
+  outs->clear();
+  for (const ValueRun& r : runs) outs->emplace_back(r.count * r.width);
+  std::vector<std::span<uint8_t>> spans(outs->begin(), outs->end());
+  return DecodeValues(ValueCodec::kHuffman, stored, runs, spans);
 }
 
 TEST(ValueCoding, IndependentlyWrittenHuffmanFormsDecode) {
@@ -748,7 +749,8 @@ TEST(ValueCoding, HostileHuffmanFormsAreCorrupt) {
   std::vector<uint32_t> many(20, 1);
   EXPECT_EQ(code(HuffmanForm(two, {}, many), u16x2), kC);
   // Unknown codecs.
-  std::vector<std::vector<uint8_t>*> ptrs = {&outs[0]};
+  outs.assign(1, std::vector<uint8_t>(1));
+  std::vector<std::span<uint8_t>> ptrs = {outs[0]};
   for (int c : {3, 4, 255})
     EXPECT_EQ(DecodeValues(static_cast<ValueCodec>(c), std::vector<uint8_t>{1, 0}, std::vector<ValueRun>{{1, 1, {}}}, ptrs).code(), kC)
         << c;

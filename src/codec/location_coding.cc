@@ -259,17 +259,10 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
 }
 
 // DecodeLocationsPrefix's blocks, into positions[0, *have) (*have: the positions decoded so far,
-// also on failure). The vector is grown block by block and never cleared: one reused from payload
-// to payload (as a receiver's decoder reuses its DecodedPayload) already has the room, where
-// clearing it would make every block's resize zero-fill what the block then overwrites. Growth
-// stays bounded by what the blocks decoded so far declare, at most one block more, as with
-// push_back.
-Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                            std::vector<uint32_t>* positions, size_t* have, size_t* consumed) {
-  auto room = [&](uint64_t n) {
-    if (positions->size() < *have + n) positions->resize(*have + n);
-    return positions->data() + *have;
-  };
+// also on failure). A block's count is checked against the room left before it writes.
+Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int block_log2, std::span<uint32_t> positions,
+                            size_t* have, size_t* consumed) {
+  const uint64_t expected = positions.size();
   const uint64_t block = 1ull << block_log2;
   ByteReader r(in);
   uint64_t b = 0;
@@ -288,7 +281,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
         if (!r.ReadByte(&k) || k > kMaxRiceK) return BlockError(b, "bad Rice parameter");
         BitReader bits(r.Rest());
         uint64_t next = start;  // smallest position the next change may take
-        uint32_t* out = room(n);
+        uint32_t* out = positions.data() + *have;
         const uint64_t end = start + len;
         bool beyond = false;
         const bool read = bits.GetRiceRun(n, k, len >> k, [&](uint64_t gap) {
@@ -313,7 +306,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
         const SplitRiceError e = GetSplitRiceOrdinals(r.Rest(), {&n, 1}, {&k, 1}, len, offsets.data(), &used);
         if (!e.ok())
           return BlockError(b, e.kind == SplitRiceError::Kind::kOutOfRange ? "position beyond the block" : e.Message());
-        uint32_t* out = room(n);
+        uint32_t* out = positions.data() + *have;
         for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(start + offsets[i]);
         r.Skip(used);
         break;
@@ -321,7 +314,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
       case LocationMethod::kBitmap: {
         std::span<const uint8_t> bm;
         if (!r.ReadBytes((len + 7) / 8, &bm)) return BlockError(b, "truncated bitmap");
-        uint32_t* out = room(n);
+        uint32_t* out = positions.data() + *have;
         uint64_t seen = 0;
         for (uint64_t byte = 0; byte < bm.size(); ++byte) {
           uint32_t v = bm[byte];
@@ -339,7 +332,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
       case LocationMethod::kRanges: {
         uint64_t runs = 0;
         if (!r.ReadVarint(&runs) || runs == 0 || runs > n) return BlockError(b, "bad range count");
-        uint32_t* out = room(n);
+        uint32_t* out = positions.data() + *have;
         uint64_t next = start, seen = 0;
         for (uint64_t i = 0; i < runs; ++i) {
           uint64_t gap = 0, extra = 0;
@@ -366,14 +359,11 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
   return Status::Ok();
 }
 
-Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                                 std::vector<uint32_t>* positions, size_t* consumed) {
+Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2,
+                                 std::span<uint32_t> positions, size_t* consumed) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
-  positions->reserve(expected);
   size_t have = 0;
-  const Status s = DecodeLocationBlocks(in, count, block_log2, expected, positions, &have, consumed);
-  positions->resize(have);  // cut to the positions decoded (a reused vector may hold more)
-  return s;
+  return DecodeLocationBlocks(in, count, block_log2, positions, &have, consumed);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -400,17 +390,20 @@ uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64
   return HWY_DYNAMIC_DISPATCH(LocationCodeBytesLowerBoundImpl)(positions, count, block_log2);
 }
 
-Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                             std::vector<uint32_t>* positions, size_t* consumed) {
-  return HWY_DYNAMIC_DISPATCH(DecodeLocationsPrefixImpl)(in, count, block_log2, expected, positions, consumed);
+Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, std::span<uint32_t> positions,
+                             size_t* consumed) {
+  return HWY_DYNAMIC_DISPATCH(DecodeLocationsPrefixImpl)(in, count, block_log2, positions, consumed);
 }
 
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
                        std::vector<uint32_t>* positions) {
+  if (expected > count) return Corrupt(std::to_string(expected) + " changes declared in " + std::to_string(count) + " elements");
+  positions->resize(expected);
   size_t used = 0;
-  DCR_RETURN_IF_ERROR(DecodeLocationsPrefix(in, count, block_log2, expected, positions, &used));
-  if (used != in.size()) return Corrupt(std::to_string(in.size() - used) + " trailing bytes after the location code");
-  return Status::Ok();
+  Status s = DecodeLocationsPrefix(in, count, block_log2, *positions, &used);
+  if (s.ok() && used != in.size()) s = Corrupt(std::to_string(in.size() - used) + " trailing bytes after the location code");
+  if (!s.ok()) positions->clear();
+  return s;
 }
 
 }  // namespace dcr

@@ -29,12 +29,15 @@ uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, 
 uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2);
 
 // Decodes the code in `in` for a chunk of `count` elements that must hold exactly `expected`
-// positions. Fails with kCorrupt on any malformed input; never reads outside `in`.
+// positions (`positions` is resized to them; emptied on failure). Fails with kCorrupt on any
+// malformed input; never reads outside `in`.
 Status DecodeLocations(std::span<const uint8_t> in, uint64_t count, int block_log2,
                        uint64_t expected, std::vector<uint32_t>* positions);
 
-// As DecodeLocations, for a code at the front of `in`; *consumed = its length in bytes.
-Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, uint64_t expected,
-                             std::vector<uint32_t>* positions, size_t* consumed);
+// As DecodeLocations, for a code at the front of `in` that must hold exactly positions.size()
+// positions, written to `positions`; *consumed = its length in bytes. On failure `positions`
+// holds unspecified values.
+Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, std::span<uint32_t> positions,
+                             size_t* consumed);
 
 }  // namespace dcr

@@ -341,24 +341,23 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
 // With `also` (threads >= 2), a helper thread runs it beside the location decode unless the
 // calling thread claims it first; the caller runs it afterwards if it is still unclaimed.
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
-                       std::span<std::vector<uint32_t>* const> position_outs, int threads, ClaimableTask* also) {
+                       std::span<const std::span<uint32_t>> position_outs, int threads, ClaimableTask* also) {
   if (layout.mode == CodecMode::kContextBands || layout.mode == CodecMode::kContextParts ||
       layout.mode == CodecMode::kContextSplitRice) {
     const BandedForm form = layout.mode == CodecMode::kContextBands  ? BandedForm::kOnePart
                             : layout.mode == CodecMode::kContextParts ? BandedForm::kParts
                                                                       : BandedForm::kPartsSplitRice;
-    return DecodeBandedLocations(in.loc, form, in.segs, layout.changed, position_outs, threads, also)
+    return DecodeBandedLocations(in.loc, form, in.segs, position_outs, threads, also)
         .WithContext("payload location section");
   }
   if (also != nullptr)
     return OfferClaimable(*also, [&] { return DecodeLocations(layout, in, position_outs, threads, nullptr); });
   if (layout.mode == CodecMode::kContext)
-    return DecodeContextLocations(in.loc, in.segs, layout.changed, position_outs).WithContext("payload location section");
+    return DecodeContextLocations(in.loc, in.segs, position_outs).WithContext("payload location section");
   std::span<const uint8_t> loc_rest = in.loc;
   for (size_t i = 0; i < layout.segments.size(); ++i) {
     size_t used = 0;
-    const Status s = DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, layout.changed[i],
-                                           position_outs[i], &used);
+    const Status s = DecodeLocationsPrefix(loc_rest, layout.segments[i].count, layout.block_log2, position_outs[i], &used);
     if (!s.ok()) return s.WithContext("payload segment " + std::to_string(i));
     loc_rest = loc_rest.subspan(used);
   }
@@ -381,16 +380,26 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   d.mode = layout.mode;
   d.segments.resize(nseg);
   std::vector<ValueRun> runs(nseg);
-  std::vector<std::vector<uint8_t>*> value_outs(nseg);
-  std::vector<std::vector<uint32_t>*> position_outs(nseg);
-  uint64_t changed = 0;
+  // Every segment's positions and values, back to back in payload order: the table's counts
+  // (bounded by ParsePayload) size them before the sections are read.
+  uint64_t changed = 0, value_bytes = 0;
   for (size_t i = 0; i < nseg; ++i) {
-    d.segments[i].spec = layout.segments[i];
-    d.segments[i].changes.width = DTypeWidth(layout.segments[i].dtype);
-    runs[i] = {d.segments[i].changes.width, layout.changed[i], {}};
-    value_outs[i] = &d.segments[i].changes.values;
-    position_outs[i] = &d.segments[i].changes.positions;
     changed += layout.changed[i];
+    value_bytes += layout.changed[i] * DTypeWidth(layout.segments[i].dtype);
+  }
+  const std::span<uint32_t> all_positions = d.position_store.Take(changed);
+  const std::span<uint8_t> all_values = d.value_store.Take(value_bytes);
+  std::vector<std::span<uint8_t>> value_outs(nseg);
+  std::vector<std::span<uint32_t>> position_outs(nseg);
+  for (size_t i = 0, pos_at = 0, val_at = 0; i < nseg; ++i) {
+    const uint32_t width = DTypeWidth(layout.segments[i].dtype);
+    const size_t n = layout.changed[i];
+    position_outs[i] = all_positions.subspan(pos_at, n);
+    value_outs[i] = all_values.subspan(val_at, n * width);
+    pos_at += n;
+    val_at += n * width;
+    d.segments[i] = {layout.segments[i], {width, position_outs[i], value_outs[i]}};
+    runs[i] = {width, n, {}};
   }
   // The value section in two shares (its two streams in codec 3), chained: a thread done with
   // its location work takes whichever share is still unclaimed.

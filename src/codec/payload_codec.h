@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "base/reused_buffer.h"
 #include "base/status.h"
 #include "codec/diff.h"
 #include "codec/band_context.h"
@@ -162,16 +163,33 @@ class PayloadBuilder {
   SegmentSpec last_{};
 };
 
-struct DecodedSegment {
-  SegmentSpec spec;
-  ChangeSet changes;  // positions relative to spec.start
+// A decoded segment's changes: views into its DecodedPayload's storage.
+struct DecodedChanges {
+  uint32_t width = 0;
+  std::span<const uint32_t> positions;  // ascending, relative to the segment's start
+  std::span<const uint8_t> values;      // positions.size() * width bytes
+  size_t size() const { return positions.size(); }
 };
 
+struct DecodedSegment {
+  SegmentSpec spec;
+  DecodedChanges changes;
+};
+
+// A decoded payload. Its segments' changes lie in two buffers that it owns, one for positions
+// and one for values, so that an object reused from payload to payload (as a receiver's decoder
+// thread reuses one) keeps its memory instead of reallocating per segment: segment counts and
+// sizes differ from payload to payload. Movable (the views move with their storage), not
+// copyable.
 struct DecodedPayload {
   PayloadIdentity identity;
   CodecMode mode = CodecMode::kPlain;
   std::vector<DecodedSegment> segments;
   uint64_t changed() const;
+
+  // The storage behind segments[i].changes (DecodePayload's to fill).
+  ReusedBuffer<uint32_t> position_store;
+  ReusedBuffer<uint8_t> value_store;
 };
 
 // Reads the identity without verifying anything else (for routing and deduplication).
@@ -197,8 +215,9 @@ Status ParsePayload(std::span<const uint8_t> payload, PayloadLayout* out);
 // segment does not fit the receiver's tensor.
 using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentSpec&)>;
 
-// Verifies and decodes one payload. Failures are kCorrupt, or kUnsupported for other versions
-// and for a context-mode payload when no `base` is given. With threads >= 2 (0 = all hardware
+// Verifies and decodes one payload into *out (whose storage it reuses; on failure *out's
+// contents are unspecified). Failures are kCorrupt, or kUnsupported for other versions and for a
+// context-mode payload when no `base` is given. With threads >= 2 (0 = all hardware
 // threads) and at least kConcurrentSectionsMinChanges changes, the value section decodes on a
 // second thread while the location section decodes on the calling one; the result, errors
 // included, is the same.

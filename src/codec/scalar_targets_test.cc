@@ -141,9 +141,9 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
   auto decode = [&](std::span<const uint8_t> stored, ValueCodec codec, std::vector<std::vector<uint8_t>>* out) {
     std::vector<ValueRun> shapes;
     for (const ValueRun& r : runs) shapes.push_back({r.width, r.count, {}});
-    out->assign(runs.size(), {});
-    std::vector<std::vector<uint8_t>*> outs;
-    for (auto& o : *out) outs.push_back(&o);
+    out->clear();
+    for (const ValueRun& r : runs) out->emplace_back(r.count * r.width);
+    std::vector<std::span<uint8_t>> outs(out->begin(), out->end());
     return Describe(DecodeValues(codec, stored, shapes, outs));
   };
   for (uint64_t streams_min : {uint64_t{1} << 40, kValueStreamsMin}) {  // codec 2, then codec 3

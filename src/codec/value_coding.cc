@@ -48,11 +48,10 @@ void ToBytePlanes(std::span<const uint8_t> values, uint32_t width, std::vector<u
     for (uint32_t b = 0; b < width; ++b) out[b * n + i] = values[i * width + b];
 }
 
-void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector<uint8_t>* values) {
-  DCR_CHECK(width > 0 && planes.size() % width == 0);
+void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::span<uint8_t> values) {
+  DCR_CHECK(width > 0 && planes.size() % width == 0 && values.size() == planes.size());
   const size_t n = planes.size() / width;
-  values->resize(planes.size());
-  uint8_t* out = values->data();
+  uint8_t* out = values.data();
   switch (width) {
     case 1: std::memcpy(out, planes.data(), n); return;
     case 2: return FromPlanesT<2>(planes.data(), n, out);

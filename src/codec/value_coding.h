@@ -92,12 +92,12 @@ class ValueSectionEncoder {
 // after the other: whichever share starts first also reads the code (the other waits for it);
 // share 0 decodes the first half of the streams (rounded up), share 1 the others, two streams
 // at a time (codecs 0-2 are one stream).
-// Values go to outs[i] (resized to runs[i].count × width). Never reads outside `stored`;
-// memory use is bounded by Σ count × width.
+// Values go to outs[i], which must hold exactly runs[i].count × width bytes. Never reads outside
+// `stored`; the memory it uses besides `outs` is bounded by Σ count × width.
 class ValueSectionDecoder {
  public:
   ValueSectionDecoder(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                      std::span<std::vector<uint8_t>* const> outs);
+                      std::span<const std::span<uint8_t>> outs);
   void DecodeShare(int share);
   // Once both shares have run: kCorrupt on any inconsistency, the first error one thread
   // decoding the streams in order would meet.
@@ -111,7 +111,7 @@ class ValueSectionDecoder {
   ValueCodec codec_;
   std::span<const uint8_t> stored_;
   std::span<const ValueRun> runs_;
-  std::span<std::vector<uint8_t>* const> outs_;
+  std::span<const std::span<uint8_t>> outs_;
   uint64_t total_ = 0;  // values
   ClaimOnce prepare_claim_;
   std::atomic<bool> prepared_{false};
@@ -124,10 +124,10 @@ class ValueSectionDecoder {
 
 // Both shares on the calling thread.
 Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                    std::span<std::vector<uint8_t>* const> outs);
+                    std::span<const std::span<uint8_t>> outs);
 
 // Byte-plane transposition, exposed for tests: values (n × width) -> width planes of n bytes.
 void ToBytePlanes(std::span<const uint8_t> values, uint32_t width, std::vector<uint8_t>* planes);
-void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::vector<uint8_t>* values);
+void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::span<uint8_t> values);  // same size
 
 }  // namespace dcr

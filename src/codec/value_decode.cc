@@ -16,7 +16,7 @@ using value_symbols::StreamStart;
 
 // Codecs 0 and 1.
 Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                    std::span<std::vector<uint8_t>* const> outs) {
+                    std::span<const std::span<uint8_t>> outs) {
   uint64_t total = 0;
   for (const ValueRun& r : runs) total += r.count * r.width;
   std::vector<uint8_t> planes;
@@ -34,10 +34,13 @@ Status DecodePlanes(ValueCodec codec, std::span<const uint8_t> stored, std::span
 }  // namespace
 
 ValueSectionDecoder::ValueSectionDecoder(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                                         std::span<std::vector<uint8_t>* const> outs)
+                                         std::span<const std::span<uint8_t>> outs)
     : codec_(codec), stored_(stored), runs_(runs), outs_(outs) {
   DCR_CHECK(runs.size() == outs.size());
-  for (const ValueRun& r : runs) total_ += r.count;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    DCR_CHECK(outs[k].size() == runs[k].count * runs[k].width);
+    total_ += runs[k].count;
+  }
 }
 
 Status ValueSectionDecoder::Prepare() {
@@ -69,7 +72,6 @@ Status ValueSectionDecoder::Prepare() {
     bits_[s - 1] = r.Rest();
     streams_ = s;
   }
-  for (size_t k = 0; k < runs_.size(); ++k) outs_[k]->resize(runs_[k].count * runs_[k].width);
   return Status::Ok();
 }
 
@@ -78,7 +80,7 @@ namespace {
 // Walks the values [from, to) of a stream (payload order) over the runs they fall in.
 class StreamCursor {
  public:
-  StreamCursor(std::span<const ValueRun> runs, std::span<std::vector<uint8_t>* const> outs, uint64_t from, uint64_t to)
+  StreamCursor(std::span<const ValueRun> runs, std::span<const std::span<uint8_t>> outs, uint64_t from, uint64_t to)
       : runs_(runs), outs_(outs), at_(from), to_(to) {
     Settle();
   }
@@ -87,7 +89,7 @@ class StreamCursor {
   // next goes.
   uint64_t available() const { return std::min(to_, first_ + runs_[k_].count) - at_; }
   uint32_t width() const { return runs_[k_].width; }
-  uint8_t* dst() const { return outs_[k_]->data() + (at_ - first_) * runs_[k_].width; }
+  uint8_t* dst() const { return outs_[k_].data() + (at_ - first_) * runs_[k_].width; }
   void Advance(uint64_t n) {
     at_ += n;
     Settle();
@@ -99,7 +101,7 @@ class StreamCursor {
     while (!done() && at_ >= first_ + runs_[k_].count) first_ += runs_[k_++].count;
   }
   std::span<const ValueRun> runs_;
-  std::span<std::vector<uint8_t>* const> outs_;
+  std::span<const std::span<uint8_t>> outs_;
   size_t k_ = 0;
   uint64_t first_ = 0;  // the payload-order index of run k_'s first value
   uint64_t at_, to_;
@@ -173,7 +175,7 @@ Status ValueSectionDecoder::Result() const {
 }
 
 Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
-                    std::span<std::vector<uint8_t>* const> outs) {
+                    std::span<const std::span<uint8_t>> outs) {
   ValueSectionDecoder decoder(codec, stored, runs, outs);
   decoder.DecodeShare(0);
   decoder.DecodeShare(1);

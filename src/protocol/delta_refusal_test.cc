@@ -24,6 +24,7 @@
 #include "protocol/state_digest.h"
 #include "testing/tensor_set.h"
 #include "testing/test_files.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -638,7 +639,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
     std::vector<ContextSegment> segs;
     bool moved = false;
     for (auto& seg : d.segments) {
-      auto pos = seg.changes.positions;
+      std::vector<uint32_t> pos = AsVector(seg.changes.positions);
       for (size_t k = 0; k < pos.size() && !moved; ++k)
         if (pos[k] + 1 < seg.spec.count && (k + 1 == pos.size() || pos[k + 1] != pos[k] + 1)) pos[k] += 1, moved = true;
       positions.push_back(pos);
@@ -653,7 +654,7 @@ TEST_F(DeltaRefusal, ContextPayloadDecodingToOtherElementsIsCaughtByTheTargetDig
     DecodedPayload e;
     Status s = DecodePayload(q[i].bytes, &e, lookup);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    for (size_t k = 0; k < e.segments.size(); ++k) EXPECT_EQ(e.segments[k].changes.positions, positions[k]);
+    for (size_t k = 0; k < e.segments.size(); ++k) EXPECT_EQ(AsVector(e.segments[k].changes.positions), positions[k]);
     DeltaParts parts = Split(file);
     SetPayloads(parts, q);
     const auto bytes = Join(parts);

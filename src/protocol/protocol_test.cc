@@ -19,6 +19,7 @@
 #include "protocol/state_digest.h"
 #include "testing/tensor_set.h"
 #include "testing/test_files.h"
+#include "codec/span_test_support.h"
 
 namespace dcr {
 namespace {
@@ -610,8 +611,8 @@ TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneT
       for (size_t k = 0; k < da.segments.size(); ++k) {
         EXPECT_EQ(da.segments[k].spec.tensor_index, dn.segments[k].spec.tensor_index);
         EXPECT_EQ(da.segments[k].spec.start, dn.segments[k].spec.start);
-        EXPECT_EQ(da.segments[k].changes.positions, dn.segments[k].changes.positions) << tag << " payload " << i;
-        EXPECT_EQ(da.segments[k].changes.values, dn.segments[k].changes.values) << tag << " payload " << i;
+        EXPECT_EQ(AsVector(da.segments[k].changes.positions), AsVector(dn.segments[k].changes.positions)) << tag << " payload " << i;
+        EXPECT_EQ(AsVector(da.segments[k].changes.values), AsVector(dn.segments[k].changes.values)) << tag << " payload " << i;
       }
       if (la.mode == CodecMode::kContextSplitRice) {
         ++context_payloads;

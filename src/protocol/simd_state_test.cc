@@ -21,6 +21,7 @@
 #include "codec/payload_codec.h"
 #include "codec/simd_masks.h"
 #include "protocol/state_digest.h"
+#include "codec/span_test_support.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -159,7 +160,7 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
       });
       ASSERT_EQ(decoded.mode, CodecMode::kContextSplitRice);
       ASSERT_EQ(decoded.segments.size(), 1u);
-      EXPECT_EQ(decoded.segments[0].changes.positions, p.changed);
+      EXPECT_EQ(AsVector(decoded.segments[0].changes.positions), p.changed);
     }
 
     // Plain mode: the location and value coders, compiled per target for its scalar instructions.
@@ -174,7 +175,7 @@ TEST_P(SimdStateTest, KernelsReturnWithCleanUpperVectorState) {
     DecodedPayload decoded;
     ExpectLeavesClean("plain decode", [&] { ASSERT_TRUE(DecodePayload(payload, &decoded).ok()); });
     ASSERT_EQ(decoded.segments.size(), 1u);
-    EXPECT_EQ(decoded.segments[0].changes.positions, p.changed);
+    EXPECT_EQ(AsVector(decoded.segments[0].changes.positions), p.changed);
   }
 }
 
