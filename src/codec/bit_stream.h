@@ -213,6 +213,15 @@ class BitWriter {
   void PutRice(uint64_t value, int r) { Local(*this).PutRice(value, r); }
   // Bits written to the vector, counted from its start (its first 8 × size() bits when made).
   uint64_t BitCount() const { return 8 * uint64_t{at_} + static_cast<uint64_t>(fill_); }
+  // Completes the partial byte (its unused high bits zero) and keeps the room: the next Put
+  // starts a new byte. Between the areas of one code, where Flush would trim the room that the
+  // next area then grows again (each growth zero-fills as much as the vector already holds).
+  void AlignToByte() {
+    // The last Put stored the accumulator at buf_ + at_ (it advanced by completed bytes only),
+    // so the partial byte is in place.
+    if (fill_ > 0) ++at_, acc_ = 0, fill_ = 0;
+  }
+
   void Flush() {
     out_.resize(at_);
     if (fill_ > 0) out_.push_back(static_cast<uint8_t>(acc_));

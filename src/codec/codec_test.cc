@@ -177,6 +177,41 @@ TEST(BitStream, RandomFieldsAndUnaryCodesRoundTrip) {
   EXPECT_EQ(r.bytes_consumed(), buf.size());
 }
 
+// AlignToByte pads the partial byte with zeros and keeps writing in the same room: the bytes are
+// those of flushing after each area and appending, and a writer given exact room never grows.
+TEST(BitStream, AlignToByteGivesTheBytesOfFlushingBetweenAreas) {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::vector<std::pair<uint64_t, int>>> areas(1 + rng() % 4);
+    for (auto& area : areas) {
+      const size_t n = rng() % 40;
+      for (size_t i = 0; i < n; ++i) {
+        const int bits = 1 + static_cast<int>(rng() % 56);
+        area.push_back({rng() & ((1ull << bits) - 1), bits});
+      }
+    }
+    std::vector<uint8_t> flushed = {0x5a};  // appending after other bytes
+    for (const auto& area : areas) {
+      BitWriter w(flushed);
+      for (auto [v, n] : area) w.Put(v, n);
+      w.Flush();
+    }
+    std::vector<uint8_t> aligned = {0x5a};
+    BitWriter w(aligned, flushed.size() - 1);
+    const uint8_t* room = aligned.data();
+    for (size_t a = 0; a < areas.size(); ++a) {
+      {
+        BitWriter::Local bits(w);
+        for (auto [v, n] : areas[a]) bits.Put(v, n);
+      }
+      if (a + 1 < areas.size()) w.AlignToByte();
+    }
+    w.Flush();
+    ASSERT_EQ(aligned, flushed) << "round " << round;
+    EXPECT_EQ(aligned.data(), room) << "round " << round << ": the writer grew";
+  }
+}
+
 TEST(BitStream, PutRiceAndGetRiceEqualUnaryThenLowBitsEvenForLongQuotientsLimitsAndTruncation) {
   std::mt19937_64 rng(12);
   for (int rep = 0; rep < 300; ++rep) {

@@ -162,7 +162,7 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
         put_gaps([&](uint64_t a, uint64_t b, uint64_t c, uint64_t d) { bits.PutFields4(a & m, b & m, c & m, d & m, r); },
                  [&](uint64_t a) { bits.Put(a & m, r); });
       }
-      w.Flush();
+      w.AlignToByte();
       {
         BitWriter::Local bits(w);
         put_gaps([&](uint64_t a, uint64_t b, uint64_t c, uint64_t d) { bits.PutTerminated4(a >> r, b >> r, c >> r, d >> r); },

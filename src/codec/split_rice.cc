@@ -221,7 +221,7 @@ void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out) {
       for (; i < run.gaps.size(); ++i) bits.Put(g[i] & mask, r);
     }
   }
-  w.Flush();
+  w.AlignToByte();
   {
     BitWriter::Local bits(w);
     for (const RiceRun& run : runs) {
