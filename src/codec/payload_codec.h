@@ -216,7 +216,8 @@ Status ParsePayload(std::span<const uint8_t> payload, PayloadLayout* out);
 using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentSpec&)>;
 
 // Verifies and decodes one payload into *out (whose storage it reuses; on failure *out's
-// contents are unspecified). Failures are kCorrupt, or kUnsupported for other versions and for a
+// contents are unspecified). Memory: bounded by the changes the segment table declares (each
+// at most its segment's elements), about 6-16 bytes per declared change. Failures are kCorrupt, or kUnsupported for other versions and for a
 // context-mode payload when no `base` is given. With threads >= 2 (0 = all hardware
 // threads) and at least kConcurrentSectionsMinChanges changes, the value section decodes on a
 // second thread while the location section decodes on the calling one; the result, errors
