@@ -29,27 +29,53 @@ double BandBits(double p, double c) {
   return -p * (q * std::log2(q) + (1 - q) * std::log2(1 - q)) + 24;
 }
 
+using Interleaved = std::array<uint32_t, 4 * kClassValues>;
+
+// The class of element i of `p` (elements of type U).
 template <typename U>
-void CountClasses(const ContextSegment& seg, std::span<const uint32_t> positions, uint64_t stride,
-                  std::array<uint32_t, 4 * kClassValues>* pop, std::array<uint32_t, 4 * kClassValues>* chg) {
-  const ContextClassFn f = ContextClassFor(seg.dtype);
-  const uint8_t* p = seg.base.data();
+size_t ClassAt(const uint8_t* p, const ContextClassFn& f, uint64_t i) {
+  U v;
+  std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+  return static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask);
+}
+
+// The classes of elements index(0..n-1) of `p` into the interleaved histogram.
+template <typename U, typename Index>
+void CountInto(const uint8_t* p, const ContextClassFn& f, uint64_t n, Index&& index, Interleaved* h) {
+  uint64_t k = 0;
+  for (; k + 4 <= n; k += 4)
+    #pragma GCC unroll 4
+    for (size_t lane = 0; lane < 4; ++lane) ++(*h)[lane * kClassValues + ClassAt<U>(p, f, index(k + lane))];
+  for (; k < n; ++k) ++(*h)[ClassAt<U>(p, f, index(k))];
+}
+
+template <typename U>
+void CountPopulationOf(const ContextSegment& seg, uint64_t stride, Interleaved* pop) {
   const uint64_t n = seg.base.size() / sizeof(U);
-  auto class_at = [&](uint64_t i) {
-    U v;
-    std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    return static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask);
-  };
-  uint64_t i = 0;
-  for (; i + 4 * stride <= n; i += 4 * stride)
-    #pragma GCC unroll 4
-    for (size_t lane = 0; lane < 4; ++lane) ++(*pop)[lane * kClassValues + class_at(i + lane * stride)];
-  for (; i < n; i += stride) ++(*pop)[class_at(i)];
-  size_t k = 0;
-  for (; k + 4 <= positions.size(); k += 4)
-    #pragma GCC unroll 4
-    for (size_t lane = 0; lane < 4; ++lane) ++(*chg)[lane * kClassValues + class_at(positions[k + lane])];
-  for (; k < positions.size(); ++k) ++(*chg)[class_at(positions[k])];
+  CountInto<U>(seg.base.data(), ContextClassFor(seg.dtype), (n + stride - 1) / stride, [&](uint64_t k) { return k * stride; },
+               pop);
+}
+
+template <typename U>
+void CountChangesAt(const ContextSegment& seg, std::span<const uint32_t> positions, Interleaved* chg) {
+  CountInto<U>(seg.base.data(), ContextClassFor(seg.dtype), positions.size(), [&](uint64_t k) { return positions[k]; },
+               chg);
+}
+
+template <typename U>
+void CountOldBits(DType dtype, std::span<const uint8_t> old_bits, Interleaved* chg) {
+  CountInto<U>(old_bits.data(), ContextClassFor(dtype), old_bits.size() / sizeof(U), [](uint64_t k) { return k; }, chg);
+}
+
+// Calls fn.template operator()<U>() for the unsigned type U of the dtype's width.
+template <typename Fn>
+void WithWidth(DType dtype, Fn&& fn) {
+  switch (DTypeWidth(dtype)) {
+    case 1: fn.template operator()<uint8_t>(); break;
+    case 2: fn.template operator()<uint16_t>(); break;
+    case 4: fn.template operator()<uint32_t>(); break;
+    default: fn.template operator()<uint64_t>(); break;
+  }
 }
 
 }  // namespace
@@ -70,16 +96,25 @@ void FitCounter::Fold() {
 }
 
 void FitCounter::Count(const ContextSegment& seg, std::span<const uint32_t> positions) {
+  CountPopulation(seg);
+  if (unfolded_ + positions.size() > (uint64_t{1} << 31)) Fold();
+  unfolded_ += positions.size();
+  WithWidth(seg.dtype, [&]<typename U>() { CountChangesAt<U>(seg, positions, &chg4_); });
+}
+
+void FitCounter::CountChangedOldBits(DType dtype, std::span<const uint8_t> old_bits) {
+  const uint64_t n = old_bits.size() / DTypeWidth(dtype);
+  if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
+  unfolded_ += n;
+  WithWidth(dtype, [&]<typename U>() { CountOldBits<U>(dtype, old_bits, &chg4_); });
+}
+
+void FitCounter::CountPopulation(const ContextSegment& seg) {
   const uint64_t n = seg.elements();
   if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
   unfolded_ += n;
   folded_.elements += n;
-  switch (DTypeWidth(seg.dtype)) {
-    case 1: CountClasses<uint8_t>(seg, positions, stride_, &pop4_, &chg4_); break;
-    case 2: CountClasses<uint16_t>(seg, positions, stride_, &pop4_, &chg4_); break;
-    case 4: CountClasses<uint32_t>(seg, positions, stride_, &pop4_, &chg4_); break;
-    default: CountClasses<uint64_t>(seg, positions, stride_, &pop4_, &chg4_); break;
-  }
+  WithWidth(seg.dtype, [&]<typename U>() { CountPopulationOf<U>(seg, stride_, &pop4_); });
 }
 
 void FitCounter::AddTo(FitCounts* counts) {

@@ -64,6 +64,12 @@ class FitCounter {
   // Counts one segment: its elements at multiples of the stride, and its changed positions
   // (ascending, relative to the segment).
   void Count(const ContextSegment& seg, std::span<const uint32_t> positions);
+  // The same counts in two steps, for a caller that has the changes' old bits at hand (the
+  // diff's runs, DiffChunk::old_bits): the changes from their old bits (width bytes each, back
+  // to back), run by run, then the segment's sampled elements. Reading the old bits where the
+  // diff left them, in cache, instead of gathering them from the segment again.
+  void CountChangedOldBits(DType dtype, std::span<const uint8_t> old_bits);
+  void CountPopulation(const ContextSegment& seg);
   // Adds everything counted since the last AddTo to *counts, and clears it.
   void AddTo(FitCounts* counts);
 
@@ -72,7 +78,8 @@ class FitCounter {
   void Fold();
   uint64_t stride_;
   Interleaved pop4_{}, chg4_{};
-  uint64_t unfolded_ = 0;  // elements counted in pop4_ since the last fold
+  // Elements and changes counted since the last fold: no counter has grown by more.
+  uint64_t unfolded_ = 0;
   FitCounts folded_;
 };
 

@@ -491,6 +491,47 @@ TEST(PayloadBuilderDeathTest, ASegmentNotCountedAheadIsAnInvariantViolation) {
   EXPECT_DEATH(encode(false), "check failed");
 }
 
+// The band fit's counts from the changes' old bits, handed over run by run, then the sampled
+// elements, equal the counts gathered from the segment at the changed positions; for every
+// element width, with runs cut anywhere.
+TEST(FitCounter, CountingFromOldBitsGivesTheCountsOfCountingAtPositions) {
+  std::mt19937_64 rng(23);
+  for (DType t : TestedDTypes()) {
+    const uint32_t w = DTypeWidth(t);
+    for (uint64_t stride : {8u, 64u}) {
+      const uint64_t n = 5000 + rng() % 5000;
+      std::vector<uint8_t> base(n * w);
+      for (uint64_t i = 0; i < n; ++i) StoreElem(base, i, w, RandomBits(t, rng));
+      std::vector<uint32_t> positions;
+      std::vector<uint8_t> old_bits;
+      for (uint64_t i = 0; i < n; ++i)
+        if (rng() % 7 == 0) {
+          positions.push_back(static_cast<uint32_t>(i));
+          old_bits.insert(old_bits.end(), base.begin() + i * w, base.begin() + (i + 1) * w);
+        }
+      FitCounter at_positions(stride), from_old_bits(stride);
+      at_positions.Count({t, base}, positions);
+      for (size_t k = 0; k < positions.size();) {  // runs of random lengths, as the diff hands them over
+        const size_t run = std::min<size_t>(positions.size() - k, 1 + rng() % 300);
+        from_old_bits.CountChangedOldBits(t, std::span<const uint8_t>(old_bits).subspan(k * w, run * w));
+        k += run;
+      }
+      from_old_bits.CountPopulation({t, base});
+      FitCounts a, b;
+      at_positions.AddTo(&a);
+      from_old_bits.AddTo(&b);
+      const std::string what = std::string(DTypeName(t)) + ", stride " + std::to_string(stride);
+      EXPECT_EQ(a.population, b.population) << what;
+      EXPECT_EQ(a.changes, b.changes) << what;
+      EXPECT_EQ(a.elements, b.elements) << what;
+      EXPECT_EQ(a.elements, n) << what;
+      uint64_t changes = 0;
+      for (uint64_t c : b.changes) changes += c;
+      EXPECT_EQ(changes, positions.size()) << what;
+    }
+  }
+}
+
 TEST(PayloadRoundTrip, IdentityIsReadableWithoutDecoding) {
   std::vector<uint8_t> base(64, 0), next(64, 0);
   next[10] = 1;

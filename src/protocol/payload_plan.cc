@@ -174,17 +174,22 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         const SegmentSpec spec = spec_of(seg);
         DiffedSegment& d = diffed[i];
         d.digest = Digest128{};
-        DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
-                     &d.changes, digest_runs(seg, &d.digest));
         // A plain-only payload codes each segment's locations on its own: the thread that
         // diffed the segment codes them, and the builder appends them as they are. Otherwise
-        // the thread counts the segment for the band fit, while its old bits are in cache.
+        // the thread counts the segment for the band fit: each run's changes from the old bits
+        // the diff hands over (in cache), then the segment's sampled elements.
+        DiffChunkFn digest = digest_runs(seg, &d.digest);
+        DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
+                     &d.changes, plain_only ? digest : [&](const DiffChunk& c) {
+                       digest(c);
+                       fit_counter->CountChangedOldBits(spec.dtype, c.old_bits);
+                     });
         d.locations.clear();
         if (d.changes.size() == 0) continue;
         if (plain_only)
           EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
         else
-          fit_counter->Count({spec.dtype, bytes_of(base[seg.tensor], seg)}, d.changes.positions);
+          fit_counter->CountPopulation({spec.dtype, bytes_of(base[seg.tensor], seg)});
       }
       if (fit_counter) fit_counter->AddTo(counts);
       return Status::Ok();
