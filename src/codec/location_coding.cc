@@ -258,11 +258,12 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
   return bytes;
 }
 
-// DecodeLocationsPrefix's blocks, into positions[0, *have) (*have: the positions decoded so far,
-// also on failure). A block's count is checked against the room left before it writes.
+// DecodeLocationsPrefix's blocks, into `positions` (a block's count is checked against the room
+// left before it writes).
 Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int block_log2, std::span<uint32_t> positions,
-                            size_t* have, size_t* consumed) {
+                            size_t* consumed) {
   const uint64_t expected = positions.size();
+  uint64_t have = 0;  // positions decoded so far
   const uint64_t block = 1ull << block_log2;
   ByteReader r(in);
   uint64_t b = 0;
@@ -271,7 +272,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
     uint64_t n = 0;
     if (!r.ReadVarint(&n)) return BlockError(b, "truncated count");
     if (n > len) return BlockError(b, std::to_string(n) + " changes in " + std::to_string(len) + " elements");
-    if (*have + n > expected) return BlockError(b, "more changes than the payload declares");
+    if (have + n > expected) return BlockError(b, "more changes than the payload declares");
     if (n == 0) continue;
     uint8_t method = 0;
     if (!r.ReadByte(&method)) return BlockError(b, "truncated method");
@@ -281,7 +282,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
         if (!r.ReadByte(&k) || k > kMaxRiceK) return BlockError(b, "bad Rice parameter");
         BitReader bits(r.Rest());
         uint64_t next = start;  // smallest position the next change may take
-        uint32_t* out = positions.data() + *have;
+        uint32_t* out = positions.data() + have;
         const uint64_t end = start + len;
         bool beyond = false;
         const bool read = bits.GetRiceRun(n, k, len >> k, [&](uint64_t gap) {
@@ -306,7 +307,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
         const SplitRiceError e = GetSplitRiceOrdinals(r.Rest(), {&n, 1}, {&k, 1}, len, offsets.data(), &used);
         if (!e.ok())
           return BlockError(b, e.kind == SplitRiceError::Kind::kOutOfRange ? "position beyond the block" : e.Message());
-        uint32_t* out = positions.data() + *have;
+        uint32_t* out = positions.data() + have;
         for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(start + offsets[i]);
         r.Skip(used);
         break;
@@ -314,7 +315,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
       case LocationMethod::kBitmap: {
         std::span<const uint8_t> bm;
         if (!r.ReadBytes((len + 7) / 8, &bm)) return BlockError(b, "truncated bitmap");
-        uint32_t* out = positions.data() + *have;
+        uint32_t* out = positions.data() + have;
         uint64_t seen = 0;
         for (uint64_t byte = 0; byte < bm.size(); ++byte) {
           uint32_t v = bm[byte];
@@ -332,7 +333,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
       case LocationMethod::kRanges: {
         uint64_t runs = 0;
         if (!r.ReadVarint(&runs) || runs == 0 || runs > n) return BlockError(b, "bad range count");
-        uint32_t* out = positions.data() + *have;
+        uint32_t* out = positions.data() + have;
         uint64_t next = start, seen = 0;
         for (uint64_t i = 0; i < runs; ++i) {
           uint64_t gap = 0, extra = 0;
@@ -350,10 +351,10 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
       default:
         return BlockError(b, "unknown method " + std::to_string(method));
     }
-    *have += n;
+    have += n;
   }
-  if (*have != expected)
-    return Corrupt("location code holds " + std::to_string(*have) + " changes, payload declares " +
+  if (have != expected)
+    return Corrupt("location code holds " + std::to_string(have) + " changes, payload declares " +
                    std::to_string(expected));
   *consumed = r.pos();
   return Status::Ok();
@@ -362,8 +363,7 @@ Status DecodeLocationBlocks(std::span<const uint8_t> in, uint64_t count, int blo
 Status DecodeLocationsPrefixImpl(std::span<const uint8_t> in, uint64_t count, int block_log2,
                                  std::span<uint32_t> positions, size_t* consumed) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("location block size 2^" + std::to_string(block_log2) + " out of range");
-  size_t have = 0;
-  return DecodeLocationBlocks(in, count, block_log2, positions, &have, consumed);
+  return DecodeLocationBlocks(in, count, block_log2, positions, consumed);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -44,14 +44,13 @@ uint64_t DecodedPayload::changed() const {
 
 uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base,
                                  std::span<const uint8_t> next, const DiffChunkFn& on_chunk) {
-  if (!count_ahead_) {
-    DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, on_chunk);
-  } else {  // the band fit counts the changes from the old bits each run of the diff hands over
-    DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, [&](const DiffChunk& c) {
-      if (on_chunk) on_chunk(c);
-      fit_counter_.CountChangedOldBits(spec.dtype, c.old_bits);
-    });
-  }
+  // Counting ahead, the band fit counts the changes from the old bits each run of the diff
+  // hands over.
+  const DiffChunkFn counting = !count_ahead_ ? DiffChunkFn() : [&](const DiffChunk& c) {
+    if (on_chunk) on_chunk(c);
+    fit_counter_.CountChangedOldBits(spec.dtype, c.old_bits);
+  };
+  DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
   if (changes_.size() > 0) {
     AddChanges(spec, changes_, base);
     if (count_ahead_) fit_counter_.CountPopulation({spec.dtype, base});

@@ -177,9 +177,9 @@ struct DecodedSegment {
 };
 
 // A decoded payload. Its segments' changes lie in two buffers that it owns, one for positions
-// and one for values, so that an object reused from payload to payload (as a receiver's decoder
-// thread reuses one) keeps its memory instead of reallocating per segment: segment counts and
-// sizes differ from payload to payload. Movable (the views move with their storage), not
+// and one for values, so that an object reused from payload to payload (as `dcr bench codec`'s
+// decode threads reuse one) keeps its memory instead of reallocating per segment: segment counts
+// and sizes differ from payload to payload. Movable (the views move with their storage), not
 // copyable.
 struct DecodedPayload {
   PayloadIdentity identity;
@@ -217,8 +217,9 @@ using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentS
 
 // Verifies and decodes one payload into *out (whose storage it reuses; on failure *out's
 // contents are unspecified). Memory: bounded by the changes the segment table declares (each
-// at most its segment's elements), about 6-16 bytes per declared change. Failures are kCorrupt, or kUnsupported for other versions and for a
-// context-mode payload when no `base` is given. With threads >= 2 (0 = all hardware
+// at most its segment's elements), about 6-16 bytes per declared change. Failures are
+// kCorrupt, or kUnsupported for other versions and for a context-mode payload when no `base`
+// is given. With threads >= 2 (0 = all hardware
 // threads) and at least kConcurrentSectionsMinChanges changes, the value section decodes on a
 // second thread while the location section decodes on the calling one; the result, errors
 // included, is the same.
