@@ -116,8 +116,8 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &p, lookup, per_payload));
-    return ApplyPayload(p, [&](uint32_t t) { return std::span<uint8_t>(work[t]); }, per_payload);
+    return DecodeApplyTablePayload(delta, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
+                                   per_payload);
   }));
   double t = SecondsSince(t0);
   for (size_t i = 0; i < work.size(); ++i)

@@ -11,6 +11,7 @@
 
 #include "base/int_math.h"
 #include "base/thread_pool.h"
+#include "codec/apply_changes.h"
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
@@ -80,6 +81,8 @@ Status ReadBandedHeader(std::span<const uint8_t> in, BandedForm form, uint64_t t
   return Status::Ok();
 }
 
+using PartOrdinals = std::array<const uint64_t*, kMaxContextBands>;
+
 // Decodes one part: its ordinals (into ordinals[0, its changes)), then the walk over its
 // elements, writing its positions into the slots that payload order gives them.
 class PartDecoder {
@@ -96,13 +99,11 @@ class PartDecoder {
     }
   }
 
-  // `ordinals`: room for the part's changes; the caller's, not shared with another part.
-  Status Decode(size_t p, uint64_t* ordinals) const {
-    const std::string part = h_.parts > 1 ? " in part " + std::to_string(p) : "";
-    const BandPartStart& from = starts_[p];
-    const BandPartStart& to = starts_[p + 1];
-    const uint64_t elements = to.at - from.at;
-    std::array<const uint64_t*, kMaxContextBands> ord{};
+  // Decodes part p's ordinals into `ordinals` (room for the part's changes; the caller's, not
+  // shared with another part) and sets (*ord)[b] to band b's.
+  Status Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const {
+    const std::string part = PartName(p);
+    const uint64_t elements = starts_[p + 1].at - starts_[p].at;
     if (h_.form == BandedForm::kPartsSplitRice) {
       const size_t k = static_cast<size_t>(h_.bands.k);
       const SplitRiceError e = GetSplitRiceOrdinals(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
@@ -111,19 +112,30 @@ class PartDecoder {
         return Corrupt("banded context code: " + e.Message() + (e.NamesBand() ? " in band " + std::to_string(e.band) : "") +
                        part);
       const uint64_t* o = ordinals;
-      for (size_t b = 0; b < kMaxContextBands; o += h_.count[p][b++]) ord[b] = o;
+      for (size_t b = 0; b < kMaxContextBands; o += h_.count[p][b++]) (*ord)[b] = o;
     } else {
       BitReader bits(h_.stream[p]);
       uint64_t* o = ordinals;
       for (size_t b = 0; b < kMaxContextBands; ++b) {
         if (!GetRiceOrdinals(bits, h_.count[p][b], h_.rice[p][b], elements, o))
           return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b) + part);
-        ord[b] = o;
+        (*ord)[b] = o;
         o += h_.count[p][b];
       }
       if (bits.bytes_consumed() != h_.stream[p].size()) return Corrupt("banded context code: trailing bytes" + part);
     }
+    return Status::Ok();
+  }
 
+  // Walks part p with the ordinals Ordinals gave, checking that it fills exactly its share of
+  // each segment's slots. With `apply`, the walk applies the changes it places: *applied (if
+  // given) gets how many slots of each segment, from FirstSlot on, it wrote and applied,
+  // failure or not.
+  Status Walk(size_t p, const PartOrdinals& ord, const WalkApply* apply = nullptr,
+              std::vector<uint64_t>* applied = nullptr) const {
+    const std::string part = PartName(p);
+    const BandPartStart& from = starts_[p];
+    const BandPartStart& to = starts_[p + 1];
     // The part's changes are payload-order changes [c0, c1): segment s gets the ones among its
     // own [segment_first_[s], segment_first_[s + 1]), from slot c0 - segment_first_[s] on.
     const uint64_t c0 = change_first_[p], c1 = change_first_[p + 1];
@@ -133,14 +145,16 @@ class PartDecoder {
     walk.seg_end = to.seg_end();
     walk.end_elem = to.end_elem();
     walk.limit = h_.count[p];
-    walk.first_out = std::clamp(c0, segment_first_[from.seg], segment_first_[from.seg + 1]) - segment_first_[from.seg];
-    std::vector<uint64_t> room(segs_.size(), 0), filled(segs_.size(), 0);
+    walk.first_out = FirstSlot(p, from.seg);
+    std::vector<uint64_t> room(segs_.size(), 0), own_filled;
+    std::vector<uint64_t>& filled = applied != nullptr ? *applied : own_filled;
+    filled.assign(segs_.size(), 0);
     uint64_t in_segments = 0;
     for (size_t s = walk.from_seg; s < walk.seg_end; ++s) {
       room[s] = std::clamp(c1, segment_first_[s], segment_first_[s + 1]) - std::clamp(c0, segment_first_[s], segment_first_[s + 1]);
       in_segments += room[s];
     }
-    if (!DecodeBandWalk(segs_, h_.bands, ord, room, positions_, &walk, &filled))
+    if (!DecodeBandWalk(segs_, h_.bands, ord, room, positions_, &walk, &filled, apply))
       return Corrupt("banded context code: a segment has more changes than its table entry" + part);
     for (size_t b = 0; b < static_cast<size_t>(h_.bands.k); ++b)
       if (walk.placed[b] != h_.count[p][b])
@@ -156,9 +170,23 @@ class PartDecoder {
     return Status::Ok();
   }
 
+  Status Decode(size_t p, uint64_t* ordinals) const {
+    PartOrdinals ord{};
+    DCR_RETURN_IF_ERROR(Ordinals(p, ordinals, &ord));
+    return Walk(p, ord);
+  }
+
+  // Part p's first slot in segment s (0 but in its first segment).
+  uint64_t FirstSlot(size_t p, size_t s) const {
+    const uint64_t c0 = change_first_[p];
+    return s != starts_[p].seg ? 0 : std::clamp(c0, segment_first_[s], segment_first_[s + 1]) - segment_first_[s];
+  }
+
   uint64_t FirstChange(size_t p) const { return change_first_[p]; }
 
  private:
+  std::string PartName(size_t p) const { return h_.parts > 1 ? " in part " + std::to_string(p) : ""; }
+
   const BandedHeader& h_;
   std::span<const ContextSegment> segs_;
   std::span<const std::span<uint32_t>> positions_;
@@ -257,6 +285,75 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
   else
     (void)OfferToHelper(side, main);
   return first_error();
+}
+
+Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
+                                  std::span<const std::span<uint32_t>> positions, int threads,
+                                  const BandedValueSection& values, const WalkApply& apply) {
+  const uint64_t total_elements = TotalElements(segs);
+  uint64_t total_expected = 0;
+  for (const auto& p : positions) total_expected += p.size();
+  BandedHeader h;
+  const Status header = ReadBandedHeader(in, form, total_elements, total_expected, &h);
+  if (!header.ok()) {  // the value section's errors come first
+    values.decode_share(0), values.decode_share(1);
+    DCR_RETURN_IF_ERROR(values.result());
+    return header;
+  }
+  const PartDecoder decoder(h, segs, total_elements, positions);
+  uint64_t* ordinals = ScratchWords(total_expected).data();
+  const size_t parts = h.parts;
+  std::array<PartOrdinals, kMaxBandParts> ord{};
+  std::array<Status, kMaxBandParts> ordinal_status, walk_status;  // apart: a late thread reads the first
+  std::array<std::vector<uint64_t>, kMaxBandParts> applied;         // [p]: Walk's *applied
+  std::array<bool, kMaxBandParts> walked{};
+  // Step 1: the two value shares (the longest items, first) and every part's ordinals; step 2,
+  // once all of step 1 is done: the parts' walks, which apply if all of step 1 succeeded. Items
+  // of a step go to whichever thread claims them first.
+  const size_t first_items = 2 + parts;
+  std::atomic<size_t> next_first{0}, done_first{0}, next_walk{0};
+  auto work = [&] {
+    for (size_t i; (i = next_first.fetch_add(1, std::memory_order_relaxed)) < first_items;
+         done_first.fetch_add(1, std::memory_order_release)) {
+      if (i < 2)
+        values.decode_share(static_cast<int>(i));
+      else
+        ordinal_status[i - 2] = decoder.Ordinals(i - 2, ordinals + decoder.FirstChange(i - 2), &ord[i - 2]);
+    }
+    YieldUntil([&] { return done_first.load(std::memory_order_acquire) == first_items; });
+    if (!values.result().ok()) return Status::Ok();
+    size_t first_bad = 0;  // the first part whose ordinals failed, or `parts`
+    while (first_bad < parts && ordinal_status[first_bad].ok()) ++first_bad;
+    // With a part refused, the parts before it are walked without applying, only to find the
+    // first error as DecodeBandedLocations would.
+    const WalkApply* walk_apply = first_bad == parts ? &apply : nullptr;
+    for (size_t p; (p = next_walk.fetch_add(1, std::memory_order_relaxed)) < first_bad;) {
+      walked[p] = walk_apply != nullptr;
+      walk_status[p] = decoder.Walk(p, ord[p], walk_apply, &applied[p]);
+    }
+    return Status::Ok();
+  };
+  // A helper that comes after the calling thread has claimed every item finds none; one that
+  // started is joined before the statuses are read.
+  if (threads < 2)
+    (void)work();
+  else
+    (void)OfferToHelper(work, work);
+  Status first_error = values.result();
+  for (size_t p = 0; p < parts && first_error.ok(); ++p) first_error = ordinal_status[p].ok() ? walk_status[p] : ordinal_status[p];
+  if (first_error.ok()) return first_error;
+  // Undo what the walks applied: the same XOR masks onto the same elements.
+  for (size_t p = 0; p < parts; ++p) {
+    if (!walked[p]) continue;
+    for (size_t s = 0; s < segs.size(); ++s) {
+      const uint64_t n = applied[p][s];
+      if (n == 0) continue;
+      const uint64_t from = decoder.FirstSlot(p, s);
+      ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from,
+                     from + n);
+    }
+  }
+  return first_error;
 }
 
 }  // namespace dcr

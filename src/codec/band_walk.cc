@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "codec/apply_changes.h"
 #include "codec/band_walk.h"
 #include "codec/simd_masks-inl.h"
 #include "codec/simd_masks.h"
@@ -226,7 +227,8 @@ HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, 
 template <bool kFastPdep>
 bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands& bands,
                         const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room_of,
-                        std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+                        std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
+                        const WalkApply* apply) {
   constexpr bool fast_pdep = kFastPdep;
   // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
   // changed elements, either one by one (few changes) or by depositing a bitmap of its changes
@@ -307,11 +309,11 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
         break;
       }
       room -= changes;
+      uint32_t* const tile_out = out;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
       if (room >= 16 && changes >= words) {
         out = TilePositionsCompressed(hit, words, static_cast<uint32_t>(tile), out);
-        continue;
-      }
+      } else
 #endif
       if (room >= 3) {
         // Four slots per step, so that the loop's exit is predictable (one step for up to four
@@ -341,6 +343,12 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
           for (uint64_t h = hit[wd]; h != 0; h &= h - 1) *out++ = at + static_cast<uint32_t>(__builtin_ctzll(h));
         }
       }
+      // The tile's changes are placed: apply them while its elements are in this core's cache.
+      if (apply != nullptr && out != tile_out) {
+        const uint32_t* first = positions[s].data();
+        ApplyChangeRun(apply->to[s], w, true, false, apply->xor_values[s], first, static_cast<size_t>(tile_out - first),
+                       static_cast<size_t>(out - first));
+      }
     }
     (*filled)[s] = room_of[s] - room;
   }
@@ -352,9 +360,9 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
                     std::span<const uint64_t> room_of, std::span<const std::span<uint32_t>> positions, WalkPart* part,
-                    std::vector<uint64_t>* filled) {
-  return fast_pdep ? DecodeBandWalkWith<true>(segs, bands, ordinals, room_of, positions, part, filled)
-                   : DecodeBandWalkWith<false>(segs, bands, ordinals, room_of, positions, part, filled);
+                    std::vector<uint64_t>* filled, const WalkApply* apply) {
+  return fast_pdep ? DecodeBandWalkWith<true>(segs, bands, ordinals, room_of, positions, part, filled, apply)
+                   : DecodeBandWalkWith<false>(segs, bands, ordinals, room_of, positions, part, filled, apply);
 }
 
 // LoadTileRowsForTests of band_walk.h, for this target.
@@ -419,10 +427,11 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
-                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled) {
+                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
+                    const WalkApply* apply) {
   static const bool fast_cpu = FastBitDeposit();
   const bool fast_pdep = fast_cpu && !g_portable_deposit.load(std::memory_order_relaxed);
-  return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled);
+  return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled, apply);
 }
 
 TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {

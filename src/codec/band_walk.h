@@ -50,6 +50,17 @@ struct WalkPart {
   uint64_t first_out = 0;  // positions of segment from_seg written before the part
 };
 
+// DecodeBandWalk's optional apply (DecodeApplyPayload): as soon as a tile's positions are
+// placed, each change's XOR mask goes onto its element while the tile's old bits are still in
+// this core's cache. Per segment s: to[s], the bytes of its elements (those segs[s].base reads,
+// or memory no segment's base reads), and xor_values[s], its changes' masks in slot order
+// (width bytes each). The walk reads a tile's old bits before it applies the tile's changes and
+// never reads them again, so `to` may be the very bytes `base` reads.
+struct WalkApply {
+  std::span<uint8_t* const> to;
+  std::span<const uint8_t* const> xor_values;
+};
+
 // Decoder: places each band's changed ordinals at their positions, for the tiles of `part`.
 // Band b's are ordinals[b][0, count) (strictly ascending). Segment s receives at most room[s] positions, written
 // from positions[s][first_out] for the part's first segment and from positions[s][0] for the
@@ -57,10 +68,12 @@ struct WalkPart {
 // part->placed[b] = ordinals of band b placed through the part (fewer than limit[b] at the
 // payload's end when an ordinal lies past the band's population); *filled[s] = positions the
 // part wrote to segment s. Parts write disjoint positions, so two threads may walk two parts at
-// once.
+// once. With `apply`, also applies each tile's changes once they are placed: the positions
+// *filled counts are the changes applied, failure or not.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
                     const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
-                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled);
+                    std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
+                    const WalkApply* apply = nullptr);
 
 // For tests: the band rows the walks build for elements [tile, tile + tn) of `seg` (tile a
 // multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. rows:

@@ -3,10 +3,13 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <atomic>
 #include <optional>
 
 #include "base/thread_pool.h"
+#include "codec/apply_changes.h"
 #include "codec/band_context.h"
+#include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
 #include "codec/section_coding.h"
@@ -344,18 +347,23 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
   return Status::Ok();
 }
 
+// The banded form of a mode's location section, if it has one.
+std::optional<BandedForm> BandedFormOf(CodecMode mode) {
+  switch (mode) {
+    case CodecMode::kContextBands: return BandedForm::kOnePart;
+    case CodecMode::kContextParts: return BandedForm::kParts;
+    case CodecMode::kContextSplitRice: return BandedForm::kPartsSplitRice;
+    default: return std::nullopt;
+  }
+}
+
 // With `also` (threads >= 2), a helper thread runs it beside the location decode unless the
 // calling thread claims it first; the caller runs it afterwards if it is still unclaimed.
 Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
                        std::span<const std::span<uint32_t>> position_outs, int threads, ClaimableTask* also) {
-  if (layout.mode == CodecMode::kContextBands || layout.mode == CodecMode::kContextParts ||
-      layout.mode == CodecMode::kContextSplitRice) {
-    const BandedForm form = layout.mode == CodecMode::kContextBands  ? BandedForm::kOnePart
-                            : layout.mode == CodecMode::kContextParts ? BandedForm::kParts
-                                                                      : BandedForm::kPartsSplitRice;
-    return DecodeBandedLocations(in.loc, form, in.segs, position_outs, threads, also)
+  if (const std::optional<BandedForm> form = BandedFormOf(layout.mode))
+    return DecodeBandedLocations(in.loc, *form, in.segs, position_outs, threads, also)
         .WithContext("payload location section");
-  }
   if (also != nullptr)
     return OfferClaimable(*also, [&] { return DecodeLocations(layout, in, position_outs, threads, nullptr); });
   if (layout.mode == CodecMode::kContext)
@@ -371,9 +379,27 @@ Status DecodeLocations(const PayloadLayout& layout, const LocationInputs& in,
   return Status::Ok();
 }
 
-}  // namespace
+bool SpecFits(const SegmentSpec& spec, uint64_t tensor_bytes) {
+  const uint64_t w = DTypeWidth(spec.dtype);
+  return tensor_bytes % w == 0 && spec.start <= tensor_bytes / w && spec.count <= tensor_bytes / w - spec.start;
+}
 
-Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base, int threads) {
+Status NotInTensor(const SegmentSpec& spec, uint64_t tensor_bytes) {
+  return Corrupt("segment [" + std::to_string(spec.start) + ", +" + std::to_string(spec.count) +
+                 ") lies outside a tensor of " + std::to_string(tensor_bytes) + " bytes");
+}
+
+std::atomic<uint64_t> g_applied_while_decoding{0};
+
+// DecodeApplyPayload's additions to a decode.
+struct ApplyRequest {
+  const TensorBytes& tensor_of;
+  const LayoutCheck& check;
+};
+
+// DecodePayload, or with `apply` DecodeApplyPayload.
+Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base, int threads,
+                  const ApplyRequest* apply) {
   if (threads == 0) threads = HardwareThreads();
   // A payload that may give a second thread work wakes its helper before the checksum and the
   // parse, so that the helper is polling when the work is handed over instead of waking then.
@@ -381,6 +407,16 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
   PayloadLayout layout;
   DCR_RETURN_IF_ERROR(ParsePayload(p, &layout));
   const size_t nseg = layout.segments.size();
+  std::vector<std::span<uint8_t>> tensors;  // with `apply`: each segment's tensor
+  if (apply != nullptr) {
+    if (apply->check) DCR_RETURN_IF_ERROR(apply->check(layout));
+    tensors.resize(nseg);
+    for (size_t i = 0; i < nseg; ++i) {
+      const SegmentSpec& spec = layout.segments[i];
+      tensors[i] = apply->tensor_of(spec.tensor_index);
+      if (!SpecFits(spec, tensors[i].size())) return NotInTensor(spec, tensors[i].size());
+    }
+  }
   DecodedPayload& d = *out;
   d.identity = layout.identity;
   d.mode = layout.mode;
@@ -429,57 +465,55 @@ Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const Base
     DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
+  const std::optional<BandedForm> banded = BandedFormOf(layout.mode);
+  const bool all_xor = std::all_of(layout.segments.begin(), layout.segments.end(),
+                                   [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
+  if (apply != nullptr && banded && all_xor) {
+    // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations).
+    std::vector<uint8_t*> to(nseg);
+    std::vector<const uint8_t*> xor_values(nseg);
+    for (size_t i = 0; i < nseg; ++i) {
+      to[i] = tensors[i].data() + layout.segments[i].start * DTypeWidth(layout.segments[i].dtype);
+      xor_values[i] = value_outs[i].data();
+    }
+    const BandedValueSection value_section{[&](int share) { value_decoder.DecodeShare(share); }, values_result};
+    const Status s = DecodeApplyBandedLocations(in.loc, *banded, in.segs, position_outs,
+                                                changed >= kConcurrentSectionsMinChanges ? threads : 1, value_section,
+                                                WalkApply{to, xor_values});
+    if (s.ok()) {
+      g_applied_while_decoding.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    DCR_RETURN_IF_ERROR(values_result());
+    return s.WithContext("payload location section");
+  }
   // The sections are independent: with enough changes, a second thread may decode the values.
   const bool share_values = threads >= 2 && changed >= kConcurrentSectionsMinChanges;
   const Status located = DecodeLocations(layout, in, position_outs, threads, share_values ? &values : nullptr);
   (void)values.RunIfUnclaimed();
   DCR_RETURN_IF_ERROR(values_result());
-  return located;
+  DCR_RETURN_IF_ERROR(located);
+  if (apply != nullptr) return ApplyPayload(d, apply->tensor_of, threads);
+  return Status::Ok();
 }
 
-bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) {
-  const uint64_t w = DTypeWidth(seg.spec.dtype);
-  return tensor_bytes % w == 0 && seg.spec.start <= tensor_bytes / w && seg.spec.count <= tensor_bytes / w - seg.spec.start;
+}  // namespace
+
+Status DecodePayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base, int threads) {
+  return DecodeInto(p, out, base, threads, nullptr);
 }
+
+uint64_t GetPayloadsAppliedWhileDecoding() { return g_applied_while_decoding.load(); }
+
+Status DecodeApplyPayload(std::span<const uint8_t> p, DecodedPayload* out, const BaseLookup& base,
+                          const TensorBytes& tensor_of, int threads, const LayoutCheck& check) {
+  const ApplyRequest apply{tensor_of, check};
+  return DecodeInto(p, out, base, threads, &apply);
+}
+
+bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) { return SpecFits(seg.spec, tensor_bytes); }
 
 namespace {
-
-// Sparse changes are scattered over the tensor: each step prefetches the element kApplyAhead
-// changes on, so the cache misses of a large tensor overlap instead of being taken one at a
-// time. Dense ones (a change per cache line or more, on average) touch the lines in order, which
-// the hardware prefetcher follows; there the prefetch only costs instructions (Zen 5, the 4.8 %
-// pair's 70 k changes on one thread: ~50 -> ~42 us warm, no slower cold). On that CPU it did not
-// pay for sparse changes either (0.4 % pair: 4.2 us with it, 3.1 without, warm; equal cold:
-// out-of-order execution overlaps the independent misses); kept there for cores with shorter
-// windows.
-constexpr size_t kApplyAhead = 32;
-
-// Changes [from, to): element pos[k] of `base` becomes vals[k] (XORed onto it with kXor). The
-// parameters are values, not a closure's references: the stores go through byte pointers,
-// which may alias anything the loop reads through memory, so those would be reloaded per change.
-template <class U, bool kXor, bool kPrefetch>
-void ApplyRun(uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
-  for (size_t k = from; k < to; ++k) {
-    if (kPrefetch && k + kApplyAhead < to) __builtin_prefetch(base + uint64_t{pos[k + kApplyAhead]} * sizeof(U), 1);
-    uint8_t* dst = base + uint64_t{pos[k]} * sizeof(U);
-    U v;
-    std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
-    if constexpr (kXor) {
-      U old;
-      std::memcpy(&old, dst, sizeof(U));
-      v ^= old;
-    }
-    std::memcpy(dst, &v, sizeof(U));
-  }
-}
-
-template <class U>
-void ApplyRunOf(bool is_xor, bool prefetch, uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
-  if (is_xor)
-    prefetch ? ApplyRun<U, true, true>(base, vals, pos, from, to) : ApplyRun<U, true, false>(base, vals, pos, from, to);
-  else
-    prefetch ? ApplyRun<U, false, true>(base, vals, pos, from, to) : ApplyRun<U, false, false>(base, vals, pos, from, to);
-}
 
 // Applies changes [from, to) of `seg`, which fits `tensor` (SegmentFits).
 void ApplyChanges(const DecodedSegment& seg, std::span<uint8_t> tensor, size_t from, size_t to) {
@@ -488,36 +522,25 @@ void ApplyChanges(const DecodedSegment& seg, std::span<uint8_t> tensor, size_t f
   uint8_t* base = tensor.data() + seg.spec.start * width;
   const uint8_t* vals = seg.changes.values.data();
   const uint32_t* pos = seg.changes.positions.data();
-  const bool is_xor = seg.spec.kind == ValueKind::kXor;
   const bool sparse = (uint64_t{pos[to - 1]} - pos[from]) * width >= (to - from) * 64;
-  switch (width) {
-    case 1: ApplyRunOf<uint8_t>(is_xor, sparse, base, vals, pos, from, to); break;
-    case 2: ApplyRunOf<uint16_t>(is_xor, sparse, base, vals, pos, from, to); break;
-    case 4: ApplyRunOf<uint32_t>(is_xor, sparse, base, vals, pos, from, to); break;
-    default: ApplyRunOf<uint64_t>(is_xor, sparse, base, vals, pos, from, to); break;
-  }
-}
-
-Status NotInTensor(const DecodedSegment& seg, uint64_t tensor_bytes) {
-  return Corrupt("segment [" + std::to_string(seg.spec.start) + ", +" + std::to_string(seg.spec.count) +
-                 ") lies outside a tensor of " + std::to_string(tensor_bytes) + " bytes");
+  ApplyChangeRun(base, width, seg.spec.kind == ValueKind::kXor, sparse, vals, pos, from, to);
 }
 
 }  // namespace
 
 Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
-  if (!SegmentFits(seg, tensor.size())) return NotInTensor(seg, tensor.size());
+  if (!SegmentFits(seg, tensor.size())) return NotInTensor(seg.spec, tensor.size());
   ApplyChanges(seg, tensor, 0, seg.changes.size());
   return Status::Ok();
 }
 
-Status ApplyPayload(const DecodedPayload& p, const std::function<std::span<uint8_t>(uint32_t)>& tensor_of, int threads) {
+Status ApplyPayload(const DecodedPayload& p, const TensorBytes& tensor_of, int threads) {
   std::vector<std::span<uint8_t>> tensors(p.segments.size());
   uint64_t total = 0;
   for (size_t i = 0; i < p.segments.size(); ++i) {
     const DecodedSegment& seg = p.segments[i];
     tensors[i] = tensor_of(seg.spec.tensor_index);
-    if (!SegmentFits(seg, tensors[i].size())) return NotInTensor(seg, tensors[i].size());
+    if (!SegmentFits(seg, tensors[i].size())) return NotInTensor(seg.spec, tensors[i].size());
     total += seg.changes.size();
   }
   // Changes [from, to) in payload order.

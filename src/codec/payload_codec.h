@@ -226,6 +226,25 @@ using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentS
 Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {},
                      int threads = 1);
 
+// A tensor's bytes by tensor index (the whole tensor; the index is the caller's to check).
+using TensorBytes = std::function<std::span<uint8_t>(uint32_t)>;
+// A check of a parsed payload's header and segment table (e.g. against a delta's catalog).
+using LayoutCheck = std::function<Status(const PayloadLayout&)>;
+
+// DecodePayload, then ApplyPayload of the result to tensor_of: the same bytes, and nothing
+// written on any failure. Before any section is read, `check` (if given) sees the parsed
+// layout and every segment must fit its tensor (else kCorrupt). A banded context-mode payload
+// whose values are all XOR masks (what `dcr diff` writes) is applied as it decodes: the value
+// section first, then each tile's changes as soon as the walk places them, while the tile's old
+// bits are in cache (a separate apply reads them again from memory); on a failure midway the
+// applied changes are XORed back. Others decode, then apply. For context mode, tensor_of(t)
+// must be the bytes `base` reads for tensor t's segments, or memory `base` never returns.
+// *out holds the decoded changes afterwards, as DecodePayload leaves them.
+Status DecodeApplyPayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base,
+                          const TensorBytes& tensor_of, int threads = 1, const LayoutCheck& check = {});
+// Payloads DecodeApplyPayload applied while decoding (successfully), since the process started.
+uint64_t GetPayloadsAppliedWhileDecoding();
+
 // Applies a decoded segment to the tensor it addresses; `tensor` is the whole tensor's bytes.
 Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);
 
@@ -235,7 +254,7 @@ Status ApplySegment(const DecodedSegment& segment, std::span<uint8_t> tensor);
 // kConcurrentApplyMinChanges changes, a helper thread may apply the later half of the changes
 // (in payload order) while this one applies the first; segments are disjoint, so the bytes are
 // the same.
-Status ApplyPayload(const DecodedPayload& p, const std::function<std::span<uint8_t>(uint32_t)>& tensor_of, int threads = 1);
+Status ApplyPayload(const DecodedPayload& p, const TensorBytes& tensor_of, int threads = 1);
 // Below this many changes a payload is applied on one thread: each change is a read-modify-write
 // of a few bytes, ~2-3 ns from cache, and a hand-off costs more than half of it saves.
 inline constexpr uint64_t kConcurrentApplyMinChanges = 8192;

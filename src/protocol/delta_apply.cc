@@ -86,12 +86,13 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   stats.verify_seconds = SecondsSince(t1);
   if (options.progress) options.progress(0, stats.wire_bytes);
 
-  // Every check has passed: write. Segments are disjoint, so payloads apply in parallel.
+  // Every check has passed: write. Segments are disjoint, so payloads apply in parallel; a
+  // context-mode payload reads only its own segments' old bits, which only it changes.
   auto t2 = Clock::now();
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
-    DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup, per_payload));
-    return ApplyPayload(payload, [&](uint32_t t) { return tensors[t].mutable_bytes; }, per_payload);
+    return DecodeApplyTablePayload(delta, i, &payload, lookup, [&](uint32_t t) { return tensors[t].mutable_bytes; },
+                                   per_payload);
   }));
   DCR_RETURN_IF_ERROR(target.Sync());
   stats.apply_seconds = SecondsSince(t2);

@@ -262,33 +262,57 @@ std::span<const uint8_t> DeltaReader::PayloadBytes(size_t i) const {
   return file_.bytes().subspan(p.offset, p.length);
 }
 
-Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
-                          int threads) {
-  const DeltaHeader& h = reader.header();
+namespace {
+
+// Payload i's parsed layout against its table entry and the catalog (DecodeTablePayload's
+// checks); errors without the payload's name, which the callers add.
+Status CheckTableLayout(const DeltaHeader& h, size_t i, const PayloadLayout& layout) {
   const PayloadEntry& e = h.payloads[i];
-  // Error context, built only for an error: a payload decodes in tens of microseconds.
-  auto where = [&] {
-    return reader.path() + ": payload " + std::to_string(i) + " (bytes " + std::to_string(e.offset) + ".." +
-           std::to_string(e.offset + e.length) + ")";
-  };
-  Status s = DecodePayload(reader.PayloadBytes(i), out, base, threads);
-  if (!s.ok()) return s.WithContext(where());
-  if (out->identity.transfer_id != h.transfer_id || out->identity.sequence != e.sequence || out->changed() != e.changed)
-    return Corrupt(where() + ": payload identity or change count disagrees with the delta's payload table");
-  for (const DecodedSegment& seg : out->segments) {
-    const SegmentSpec& sp = seg.spec;
-    if (sp.tensor_index >= h.tensors.size())
-      return Corrupt(where() + ": tensor index " + std::to_string(sp.tensor_index) + " out of range");
+  uint64_t changed = 0;
+  for (uint64_t n : layout.changed) changed += n;
+  if (layout.identity.transfer_id != h.transfer_id || layout.identity.sequence != e.sequence || changed != e.changed)
+    return Corrupt("payload identity or change count disagrees with the delta's payload table");
+  for (const SegmentSpec& sp : layout.segments) {
+    if (sp.tensor_index >= h.tensors.size()) return Corrupt("tensor index " + std::to_string(sp.tensor_index) + " out of range");
     const CatalogEntry& t = h.tensors[sp.tensor_index].entry;
     auto range = [&] { return "elements [" + std::to_string(sp.start) + ", " + std::to_string(sp.start + sp.count) + ")"; };
     if (sp.dtype != t.dtype)
-      return Corrupt(where() + ": tensor '" + t.name + "' " + range() + " coded as " + std::string(DTypeName(sp.dtype)) +
+      return Corrupt("tensor '" + t.name + "' " + range() + " coded as " + std::string(DTypeName(sp.dtype)) +
                      ", catalog says " + std::string(DTypeName(t.dtype)));
-    if (!SegmentFits(seg, *ShapeElements(t.shape) * DTypeWidth(t.dtype)))
-      return Corrupt(where() + ": " + range() + " lie outside tensor '" + t.name + "' of " +
-                     std::to_string(*ShapeElements(t.shape)) + " elements");
+    const uint64_t n = *ShapeElements(t.shape);
+    if (sp.start > n || sp.count > n - sp.start)
+      return Corrupt(range() + " lie outside tensor '" + t.name + "' of " + std::to_string(n) + " elements");
   }
   return Status::Ok();
+}
+
+// Error context, built only for an error: a payload decodes in tens of microseconds.
+std::string PayloadWhere(const DeltaReader& reader, size_t i) {
+  const PayloadEntry& e = reader.header().payloads[i];
+  return reader.path() + ": payload " + std::to_string(i) + " (bytes " + std::to_string(e.offset) + ".." +
+         std::to_string(e.offset + e.length) + ")";
+}
+
+}  // namespace
+
+Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
+                          int threads) {
+  Status s = DecodePayload(reader.PayloadBytes(i), out, base, threads);
+  if (!s.ok()) return s.WithContext(PayloadWhere(reader, i));
+  PayloadLayout layout;  // the decoded payload's identity and table, for the checks
+  layout.identity = out->identity;
+  for (const DecodedSegment& seg : out->segments) {
+    layout.segments.push_back(seg.spec);
+    layout.changed.push_back(seg.changes.size());
+  }
+  return CheckTableLayout(reader.header(), i, layout).WithContext(PayloadWhere(reader, i));
+}
+
+Status DecodeApplyTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
+                               const TensorBytes& tensor_of, int threads) {
+  return DecodeApplyPayload(reader.PayloadBytes(i), out, base, tensor_of, threads,
+                            [&](const PayloadLayout& layout) { return CheckTableLayout(reader.header(), i, layout); })
+      .WithContext(PayloadWhere(reader, i));
 }
 
 Status CheckSegmentOrder(const SegmentSpec& prev, const SegmentSpec& next, size_t payload) {

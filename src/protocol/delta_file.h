@@ -117,6 +117,11 @@ class DeltaReader {
 // `base` (the target's current bits). `threads` as for DecodePayload.
 Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base = {},
                           int threads = 1);
+// DecodeTablePayload, then ApplyPayload to tensor_of, through DecodeApplyPayload: the table
+// checks run on the parsed layout before any section is read, and on any failure nothing is
+// written. For context mode, tensor_of(t) must be the bytes `base` reads for tensor t.
+Status DecodeApplyTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
+                               const TensorBytes& tensor_of, int threads = 1);
 
 // Checks that the segments of consecutive payloads continue the strict (tensor, start) order:
 // `prev` is the last segment of payload i-1, `next` the first of payload i.

@@ -1,0 +1,56 @@
+#include "codec/apply_changes.h"
+
+#include <cstring>
+
+namespace dcr {
+namespace {
+
+// Sparse changes are scattered over the tensor: each step prefetches the element kApplyAhead
+// changes on, so the cache misses of a large tensor overlap instead of being taken one at a
+// time. Dense ones (a change per cache line or more, on average) touch the lines in order, which
+// the hardware prefetcher follows; there the prefetch only costs instructions (Zen 5, the 4.8 %
+// pair's 70 k changes on one thread: ~50 -> ~42 us warm, no slower cold). On that CPU it did not
+// pay for sparse changes either (0.4 % pair: 4.2 us with it, 3.1 without, warm; equal cold:
+// out-of-order execution overlaps the independent misses); kept there for cores with shorter
+// windows.
+constexpr size_t kApplyAhead = 32;
+
+// The parameters are values, not a closure's references: the stores go through byte pointers,
+// which may alias anything the loop reads through memory, so those would be reloaded per change.
+template <class U, bool kXor, bool kPrefetch>
+void ApplyRun(uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
+  for (size_t k = from; k < to; ++k) {
+    if (kPrefetch && k + kApplyAhead < to) __builtin_prefetch(base + uint64_t{pos[k + kApplyAhead]} * sizeof(U), 1);
+    uint8_t* dst = base + uint64_t{pos[k]} * sizeof(U);
+    U v;
+    std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
+    if constexpr (kXor) {
+      U old;
+      std::memcpy(&old, dst, sizeof(U));
+      v ^= old;
+    }
+    std::memcpy(dst, &v, sizeof(U));
+  }
+}
+
+template <class U>
+void ApplyRunOf(bool is_xor, bool prefetch, uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
+  if (is_xor)
+    prefetch ? ApplyRun<U, true, true>(base, vals, pos, from, to) : ApplyRun<U, true, false>(base, vals, pos, from, to);
+  else
+    prefetch ? ApplyRun<U, false, true>(base, vals, pos, from, to) : ApplyRun<U, false, false>(base, vals, pos, from, to);
+}
+
+}  // namespace
+
+void ApplyChangeRun(uint8_t* base, uint32_t width, bool is_xor, bool prefetch, const uint8_t* vals, const uint32_t* pos,
+                    size_t from, size_t to) {
+  switch (width) {
+    case 1: ApplyRunOf<uint8_t>(is_xor, prefetch, base, vals, pos, from, to); break;
+    case 2: ApplyRunOf<uint16_t>(is_xor, prefetch, base, vals, pos, from, to); break;
+    case 4: ApplyRunOf<uint32_t>(is_xor, prefetch, base, vals, pos, from, to); break;
+    default: ApplyRunOf<uint64_t>(is_xor, prefetch, base, vals, pos, from, to); break;
+  }
+}
+
+}  // namespace dcr

@@ -1,0 +1,189 @@
+// Codec tests, part 9: DecodeApplyPayload. A banded context-mode payload is applied while it
+// decodes (each tile's changes as the walk places them); every other payload decodes, then
+// applies. Either way the bytes, the decoded changes and the errors are those of DecodePayload
+// followed by ApplyPayload, and a payload refused anywhere, also after some parts' walks have
+// applied their tiles, leaves every tensor as it was.
+#include "codec/context_test_support.h"
+
+namespace dcr {
+namespace {
+
+// Copies of a world's tensors that a decode reads its old bits from and applies to.
+struct Replica {
+  std::map<uint32_t, std::vector<uint8_t>> tensors;
+  explicit Replica(const World& w) : tensors(w.base) {}
+  BaseLookup Lookup() {
+    return [this](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+      auto it = tensors.find(s.tensor_index);
+      if (it == tensors.end()) return Corrupt("no tensor " + std::to_string(s.tensor_index));
+      const uint32_t w = DTypeWidth(s.dtype);
+      if (s.start > it->second.size() / w || s.count > it->second.size() / w - s.start) return Corrupt("segment does not fit");
+      return std::span<const uint8_t>(it->second).subspan(s.start * w, s.count * w);
+    };
+  }
+  TensorBytes Tensors() {
+    return [this](uint32_t t) {
+      auto it = tensors.find(t);
+      return it == tensors.end() ? std::span<uint8_t>() : std::span<uint8_t>(it->second);
+    };
+  }
+};
+
+struct Outcome {
+  Status status;
+  bool applied_while_decoding = false;
+};
+
+// DecodeApplyPayload of `p` on a replica of `w` against DecodePayload + ApplyPayload on another:
+// the same status (code and message); when it succeeds, the same decoded changes and bytes;
+// when not, the replica holds the base bits.
+Outcome ExpectLikeTwoSteps(const World& w, std::span<const uint8_t> p, int threads, const std::string& what) {
+  Replica two(w), one(w);
+  DecodedPayload d2, d1;
+  Status s2 = DecodePayload(p, &d2, two.Lookup(), threads);
+  if (s2.ok()) s2 = ApplyPayload(d2, two.Tensors(), threads);
+  const uint64_t fused_before = GetPayloadsAppliedWhileDecoding();
+  const Status s1 = DecodeApplyPayload(p, &d1, one.Lookup(), one.Tensors(), threads);
+  Outcome out{s1, GetPayloadsAppliedWhileDecoding() > fused_before};
+  EXPECT_EQ(s1.code(), s2.code()) << what << ": " << s1.ToString() << " | " << s2.ToString();
+  EXPECT_EQ(s1.message(), s2.message()) << what;
+  if (s1.ok() && s2.ok()) {
+    ExpectSameSegments(d1, d2, what);
+    EXPECT_EQ(one.tensors, two.tensors) << what;
+  } else {
+    EXPECT_EQ(one.tensors, w.base) << what << ": a refused payload changed the tensors (" << s1.ToString() << ")";
+  }
+  return out;
+}
+
+// BF16 changes that depend on the old exponent (several bands) plus an F32 segment, XOR values
+// throughout, in parts of `part_elements` (1 part by default).
+struct XorPayload {
+  World w;
+  std::vector<uint8_t> p;
+  explicit XorPayload(uint64_t n, uint64_t part_elements = kDefaultBandPartElements, bool split_rice = true,
+                      double scale = 1.0) {
+    std::mt19937_64 rng(11);
+    auto by_exponent = [scale](uint64_t v) {
+      const uint64_t e = (v >> 7) & 0xff;
+      return scale * (e < 117 ? 0.6 : e < 120 ? 0.15 : e < 122 ? 0.03 : 0.004);
+    };
+    w.Add(1, DType::kBF16, n, rng, 0, n, by_exponent);
+    w.Add(2, DType::kF32, 3000, rng, 0, 3000, 0.05);
+    EncodeOptions o = With(Context::kAlways);
+    o.band_part_elements = part_elements;
+    o.split_rice = split_rice;
+    p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, n / 3}, {1, DType::kBF16, ValueKind::kXor, n / 3, n - n / 3},
+                  {2, DType::kF32, ValueKind::kXor, 0, 3000}},
+                 o);
+  }
+};
+
+TEST(DecodeApply, BandedXorPayloadsApplyWhileDecoding) {
+  for (bool split_rice : {true, false})
+    for (uint64_t part_elements : {kDefaultBandPartElements, uint64_t{4096}})
+      for (double scale : {0.05, 1.0})
+        for (int threads : {1, 2}) {
+          const XorPayload c(60000, part_elements, split_rice, scale);
+          ASSERT_EQ(ModeOf(c.p), split_rice ? CodecMode::kContextSplitRice : CodecMode::kContextParts);
+          const std::string what = "split " + std::to_string(split_rice) + " parts of " + std::to_string(part_elements) +
+                                   " scale " + std::to_string(scale) + " threads " + std::to_string(threads);
+          const Outcome o = ExpectLikeTwoSteps(c.w, c.p, threads, what);
+          ASSERT_TRUE(o.status.ok()) << what << ": " << o.status.ToString();
+          EXPECT_TRUE(o.applied_while_decoding) << what;
+          // And the result is the next step's bits.
+          Replica r(c.w);
+          DecodedPayload d;
+          ASSERT_TRUE(DecodeApplyPayload(c.p, &d, r.Lookup(), r.Tensors(), threads).ok());
+          EXPECT_EQ(r.tensors, c.w.next) << what;
+        }
+}
+
+TEST(DecodeApply, OtherPayloadsDecodeThenApply) {
+  // An overwrite segment among XOR ones, mode 1, and plain mode: the two steps, same bytes.
+  for (const auto mode : {ContextPayload::Mode::kBands, ContextPayload::Mode::kLegacy}) {
+    const ContextPayload c(0.05, 6000, mode);
+    for (int threads : {1, 2}) {
+      const Outcome o = ExpectLikeTwoSteps(c.w, c.p, threads, "context payload mode " + std::to_string(int(ModeOf(c.p))));
+      EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+      EXPECT_FALSE(o.applied_while_decoding);
+    }
+  }
+  XorPayload x(20000);
+  EncodeOptions plain = With(Context::kNever);
+  const std::vector<uint8_t> p = x.w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, 20000}}, plain);
+  ASSERT_EQ(ModeOf(p), CodecMode::kPlain);
+  const Outcome o = ExpectLikeTwoSteps(x.w, p, 2, "plain");
+  EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_FALSE(o.applied_while_decoding);
+}
+
+// The band thresholds moved, re-signed: the same counts and streams against other bands. Many
+// such payloads are refused only by a walk's checks (a band's ordinals past its population, a
+// segment's count), after that walk, and other parts' walks, have applied their tiles.
+TEST(DecodeApply, PayloadsRefusedByAWalkLeaveTheTensorsAsTheyWere) {
+  const XorPayload c(60000, 4096);
+  const auto raw = LocationSection(c.p);
+  const uint8_t k = raw[0];
+  ASSERT_GE(k, 3) << "the fit should use several bands on exponent-dependent changes";
+  ASSERT_EQ(raw[k], 8) << "parts";
+  int walk_refusals = 0;
+  for (size_t t = 1; t < k; ++t)
+    for (int shift : {-4, -2, -1, 1, 2, 4}) {
+      auto loc = raw;
+      const int moved = int{loc[t]} + shift;
+      if (moved < 1 || moved > 255 || (t > 1 && moved <= loc[t - 1]) || (t + 1 < k && moved >= loc[t + 1])) continue;
+      loc[t] = static_cast<uint8_t>(moved);
+      const std::vector<uint8_t> q = WithLocationSection(c.p, loc);
+      for (int threads : {1, 2}) {
+        const Outcome o =
+            ExpectLikeTwoSteps(c.w, q, threads, "threshold " + std::to_string(t) + " shift " + std::to_string(shift));
+        const std::string& m = o.status.message();
+        walk_refusals += m.find("past its population") != std::string::npos || m.find("table entry") != std::string::npos;
+      }
+    }
+  EXPECT_GT(walk_refusals, 4);
+}
+
+// Random edits anywhere in the sections (values too), re-signed: refused alike, nothing written.
+TEST(DecodeApply, RandomSectionEditsAreRefusedAlikeOrApplyAlike) {
+  const XorPayload c(30000, 4096);
+  PayloadLayout layout;
+  ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
+  const size_t sections_at = static_cast<size_t>(layout.loc_stored.data() - c.p.data());
+  std::mt19937_64 rng(5);
+  int refused = 0;
+  for (int i = 0; i < 600; ++i) {
+    std::vector<uint8_t> q = c.p;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = sections_at + rng() % (q.size() - 8 - sections_at);
+      q[at] = static_cast<uint8_t>(q[at] ^ (1u << (rng() % 8)));
+    }
+    Resign(q);
+    const Outcome o = ExpectLikeTwoSteps(c.w, q, 1 + i % 2, "edit " + std::to_string(i));
+    refused += !o.status.ok();
+  }
+  EXPECT_GT(refused, 300);
+}
+
+TEST(DecodeApply, ChecksComeBeforeAnyWrite) {
+  const XorPayload c(20000);
+  Replica r(c.w);
+  DecodedPayload d;
+  // The layout check's error, as it gave it.
+  const Status refused = DecodeApplyPayload(c.p, &d, r.Lookup(), r.Tensors(), 2,
+                                            [](const PayloadLayout&) { return WrongBase("not this delta's payload"); });
+  EXPECT_EQ(refused.code(), StatusCode::kWrongBase);
+  EXPECT_EQ(refused.message(), "not this delta's payload");
+  EXPECT_EQ(r.tensors, c.w.base);
+  // A tensor shorter than a segment: kCorrupt, naming the segment.
+  r.tensors.at(2).resize(100 * 4);
+  const Status short_tensor = DecodeApplyPayload(c.p, &d, r.Lookup(), r.Tensors(), 2);
+  EXPECT_EQ(short_tensor.code(), StatusCode::kCorrupt);
+  EXPECT_NE(short_tensor.message().find("segment [0, +3000)"), std::string::npos) << short_tensor.ToString();
+  EXPECT_EQ(r.tensors.at(1), c.w.base.at(1));
+}
+
+}  // namespace
+}  // namespace dcr
