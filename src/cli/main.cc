@@ -1,10 +1,29 @@
 // dcr: bit-exact delta-compressed refit. The command-line entry point.
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/report.h"
 
+namespace {
+
+// Keeps freed buffers in the heap for reuse instead of returning them to the kernel: a codec's
+// buffers of a few MB are freed and allocated again payload after payload (each a fresh
+// mapping under glibc's defaults), and a fresh page costs a page fault on its first write: ~9
+// us on one virtual machine measured here, where a two-thread plain encode of a 243 MB step
+// into fresh output buffers took 40-45 ms against 28-32 ms into reused ones. Blocks above
+// 64 MiB are still mapped apart (and returned when freed); at most 256 MiB of free heap top is
+// kept.
+void KeepFreedBuffers() {
+  (void)mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  (void)mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  KeepFreedBuffers();
   CLI::App app{
       "dcr - bit-exact delta-compressed refit.\n"
       "Sends only the weight bits that changed between two versions of a model, and applies\n"
