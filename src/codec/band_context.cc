@@ -288,72 +288,46 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
 }
 
 Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
-                                  std::span<const std::span<uint32_t>> positions, int threads,
-                                  const BandedValueSection& values, const WalkApply& apply) {
+                                  std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,
+                                  const WalkApply& apply) {
   const uint64_t total_elements = TotalElements(segs);
   uint64_t total_expected = 0;
   for (const auto& p : positions) total_expected += p.size();
+  values.decode_share(0);
+  values.decode_share(1);
+  DCR_RETURN_IF_ERROR(values.result());  // the value section's errors come first
   BandedHeader h;
-  const Status header = ReadBandedHeader(in, form, total_elements, total_expected, &h);
-  if (!header.ok()) {  // the value section's errors come first
-    values.decode_share(0), values.decode_share(1);
-    DCR_RETURN_IF_ERROR(values.result());
-    return header;
-  }
+  DCR_RETURN_IF_ERROR(ReadBandedHeader(in, form, total_elements, total_expected, &h));
   const PartDecoder decoder(h, segs, total_elements, positions);
   uint64_t* ordinals = ScratchWords(total_expected).data();
   const size_t parts = h.parts;
   std::array<PartOrdinals, kMaxBandParts> ord{};
-  std::array<Status, kMaxBandParts> ordinal_status, walk_status;  // apart: a late thread reads the first
-  std::array<std::vector<uint64_t>, kMaxBandParts> applied;         // [p]: Walk's *applied
-  std::array<bool, kMaxBandParts> walked{};
-  // Step 1: the two value shares (the longest items, first) and every part's ordinals; step 2,
-  // once all of step 1 is done: the parts' walks, which apply if all of step 1 succeeded. Items
-  // of a step go to whichever thread claims them first.
-  const size_t first_items = 2 + parts;
-  std::atomic<size_t> next_first{0}, done_first{0}, next_walk{0};
-  auto work = [&] {
-    for (size_t i; (i = next_first.fetch_add(1, std::memory_order_relaxed)) < first_items;
-         done_first.fetch_add(1, std::memory_order_release)) {
-      if (i < 2)
-        values.decode_share(static_cast<int>(i));
-      else
-        ordinal_status[i - 2] = decoder.Ordinals(i - 2, ordinals + decoder.FirstChange(i - 2), &ord[i - 2]);
-    }
-    YieldUntil([&] { return done_first.load(std::memory_order_acquire) == first_items; });
-    if (!values.result().ok()) return Status::Ok();
-    size_t first_bad = 0;  // the first part whose ordinals failed, or `parts`
-    while (first_bad < parts && ordinal_status[first_bad].ok()) ++first_bad;
-    // With a part refused, the parts before it are walked without applying, only to find the
-    // first error as DecodeBandedLocations would.
-    const WalkApply* walk_apply = first_bad == parts ? &apply : nullptr;
-    for (size_t p; (p = next_walk.fetch_add(1, std::memory_order_relaxed)) < first_bad;) {
-      walked[p] = walk_apply != nullptr;
-      walk_status[p] = decoder.Walk(p, ord[p], walk_apply, &applied[p]);
-    }
-    return Status::Ok();
-  };
-  // A helper that comes after the calling thread has claimed every item finds none; one that
-  // started is joined before the statuses are read.
-  if (threads < 2)
-    (void)work();
-  else
-    (void)OfferToHelper(work, work);
-  Status first_error = values.result();
-  for (size_t p = 0; p < parts && first_error.ok(); ++p) first_error = ordinal_status[p].ok() ? walk_status[p] : ordinal_status[p];
-  if (first_error.ok()) return first_error;
-  // Undo what the walks applied: the same XOR masks onto the same elements.
-  for (size_t p = 0; p < parts; ++p) {
-    if (!walked[p]) continue;
-    for (size_t s = 0; s < segs.size(); ++s) {
-      const uint64_t n = applied[p][s];
-      if (n == 0) continue;
-      const uint64_t from = decoder.FirstSlot(p, s);
-      ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from,
-                     from + n);
-    }
+  size_t first_bad = 0;  // the first part whose ordinals fail, or `parts`
+  Status ordinal_error;
+  for (; first_bad < parts; ++first_bad) {
+    ordinal_error = decoder.Ordinals(first_bad, ordinals + decoder.FirstChange(first_bad), &ord[first_bad]);
+    if (!ordinal_error.ok()) break;
   }
-  return first_error;
+  // With a part refused, the parts before it are walked without applying, only to find the
+  // first error as DecodeBandedLocations would.
+  const WalkApply* walk_apply = first_bad == parts ? &apply : nullptr;
+  std::array<std::vector<uint64_t>, kMaxBandParts> applied;  // [p]: Walk's *applied
+  for (size_t p = 0; p < first_bad; ++p) {
+    const Status walked = decoder.Walk(p, ord[p], walk_apply, &applied[p]);
+    if (walked.ok()) continue;
+    // Undo what the walks applied, this part's tiles and every earlier part's: the same XOR
+    // masks onto the same elements.
+    if (walk_apply != nullptr)
+      for (size_t q = 0; q <= p; ++q)
+        for (size_t s = 0; s < segs.size(); ++s)
+          if (applied[q][s] > 0) {
+            const uint64_t from = decoder.FirstSlot(q, s);
+            ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(),
+                           from, from + applied[q][s]);
+          }
+    return walked;
+  }
+  return ordinal_error;
 }
 
 }  // namespace dcr

@@ -103,22 +103,22 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
 struct WalkApply;  // band_walk.h
 
 // The value section, for DecodeApplyBandedLocations: decode_share(0) and decode_share(1)
-// decode it (ValueSectionDecoder's shares, on any threads); result() is its status once both ran.
+// decode it (ValueSectionDecoder's shares); result() is its status once both ran.
 struct BandedValueSection {
   std::function<void(int)> decode_share;
   std::function<Status()> result;
 };
 
-// DecodeBandedLocations that also applies the changes (DecodeApplyPayload), each tile's as soon
-// as the walk has placed them, while the tile's old bits are in cache: `apply` (band_walk.h)
-// names, per segment, the bytes to change and the changes' XOR masks, which `values` decodes.
-// First the value section and every part's ordinals, in any order; then, only if all of those
-// succeeded, the parts' walks. On failure nothing stays applied (the walks' changes are XORed
-// back) and the error is the one DecodeBandedLocations would return, the value section's
-// first. With threads >= 2 a helper thread may take any of the steps.
+// DecodeBandedLocations on the calling thread that also applies the changes
+// (DecodeApplyPayload), each tile's as soon as the walk has placed them, while the tile's old
+// bits are in cache: `apply` (band_walk.h) names, per segment, the bytes to change and the
+// changes' XOR masks, which `values` decodes. First the value section, then every part's
+// ordinals, then, only if all of those succeeded, the parts' walks. On failure nothing stays
+// applied (the walks' changes are XORed back) and the error is the one DecodeBandedLocations
+// would return, the value section's first.
 Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
-                                  std::span<const std::span<uint32_t>> positions, int threads,
-                                  const BandedValueSection& values, const WalkApply& apply);
+                                  std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,
+                                  const WalkApply& apply);
 
 // Parts that a helper thread (not the calling thread) decoded, since the process started.
 uint64_t GetBandPartsDecodedByHelper();

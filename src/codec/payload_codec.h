@@ -234,7 +234,8 @@ using LayoutCheck = std::function<Status(const PayloadLayout&)>;
 // DecodePayload, then ApplyPayload of the result to tensor_of: the same bytes, and nothing
 // written on any failure. Before any section is read, `check` (if given) sees the parsed
 // layout and every segment must fit its tensor (else kCorrupt). A banded context-mode payload
-// whose values are all XOR masks (what `dcr diff` writes) is applied as it decodes: the value
+// whose values are all XOR masks (what `dcr diff` writes), decoded on one thread (threads < 2,
+// or fewer than kConcurrentSectionsMinChanges changes), is applied as it decodes: the value
 // section first, then each tile's changes as soon as the walk places them, while the tile's old
 // bits are in cache (a separate apply reads them again from memory); on a failure midway the
 // applied changes are XORed back. Others decode, then apply. For context mode, tensor_of(t)
