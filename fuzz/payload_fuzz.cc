@@ -1,14 +1,63 @@
 // libFuzzer target: DecodePayload on arbitrary bytes must return an error or a payload whose
 // segments obey the decoder contract, and must never read or write out of bounds (ASan).
-// Odd-sized inputs get the magic and a valid checksum, so the fuzzer gets past both.
+// DecodeApplyPayload on tensors its base lookup reads must give DecodePayload + ApplyPayload's
+// status and bytes, and on failure leave the tensors as they were. Odd-sized inputs get the
+// magic and a valid checksum, so the fuzzer gets past both.
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <vector>
 
 #include "codec/bit_stream.h"
 #include "codec/payload_codec.h"
+
+namespace {
+
+using Tensors = std::map<uint32_t, std::vector<uint8_t>>;
+
+dcr::BaseLookup LookupIn(Tensors* t) {
+  return [t](const dcr::SegmentSpec& s) -> dcr::Result<std::span<const uint8_t>> {
+    const uint64_t w = dcr::DTypeWidth(s.dtype);
+    return std::span<const uint8_t>(t->at(s.tensor_index)).subspan(s.start * w, s.count * w);
+  };
+}
+
+dcr::TensorBytes BytesOf(Tensors* t) {
+  return [t](uint32_t i) { return std::span<uint8_t>(t->at(i)); };
+}
+
+// One tensor per index the segments name, as large as its segments reach (16 MiB in all at
+// most), filled from the input; DecodeApplyPayload on them against the two steps on a copy.
+void CheckDecodeApply(const std::vector<uint8_t>& p, const uint8_t* data, size_t size) {
+  dcr::PayloadLayout layout;
+  if (!dcr::ParsePayload(p, &layout).ok()) return;
+  std::map<uint32_t, uint64_t> reach;
+  for (const dcr::SegmentSpec& s : layout.segments) {
+    const uint64_t end = (s.start + s.count) * dcr::DTypeWidth(s.dtype);
+    if (end > (16u << 20)) return;
+    reach[s.tensor_index] = std::max(reach[s.tensor_index], end);
+  }
+  uint64_t total = 0;
+  Tensors before;
+  for (const auto& [index, bytes] : reach) {
+    if ((total += bytes) > (16u << 20)) return;
+    auto& b = before[index];
+    b.resize(bytes);
+    for (uint64_t i = 0; i < bytes; ++i) b[i] = data[(i * 7 + index) % size];
+  }
+  Tensors two = before, one = before;
+  dcr::DecodedPayload d2, d1;
+  dcr::Status s2 = dcr::DecodePayload(p, &d2, LookupIn(&two));
+  if (s2.ok()) s2 = dcr::ApplyPayload(d2, BytesOf(&two));
+  const dcr::Status s1 = dcr::DecodeApplyPayload(p, &d1, LookupIn(&one), BytesOf(&one));
+  if (s1.code() != s2.code() || s1.message() != s2.message()) __builtin_trap();
+  if (one != (s1.ok() ? two : before)) __builtin_trap();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> p(data, data + size);
@@ -28,7 +77,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return std::span<const uint8_t>(b);
   };
   dcr::DecodedPayload out;
-  if (!dcr::DecodePayload(p, &out, base).ok()) return 0;
+  const dcr::Status decoded = dcr::DecodePayload(p, &out, base);
+  CheckDecodeApply(p, data, size);
+  if (!decoded.ok()) return 0;
   for (const auto& seg : out.segments) {
     if (seg.changes.size() == 0 || seg.changes.size() > seg.spec.count) __builtin_trap();
     for (size_t k = 0; k < seg.changes.size(); ++k) {
