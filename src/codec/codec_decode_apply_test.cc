@@ -90,12 +90,8 @@ TEST(DecodeApply, BandedXorPayloadsApplyWhileDecoding) {
                                    " scale " + std::to_string(scale) + " threads " + std::to_string(threads);
           const Outcome o = ExpectLikeTwoSteps(c.w, c.p, threads, what);
           ASSERT_TRUE(o.status.ok()) << what << ": " << o.status.ToString();
-          // On one thread; a payload that gives two threads work decodes, then applies.
-          PayloadLayout layout;
-          ASSERT_TRUE(ParsePayload(c.p, &layout).ok());
-          uint64_t changed = 0;
-          for (uint64_t n : layout.changed) changed += n;
-          EXPECT_EQ(o.applied_while_decoding, threads == 1 || changed < kConcurrentSectionsMinChanges) << what << " " << changed;
+          // On one thread; on two it decodes, then applies.
+          EXPECT_EQ(o.applied_while_decoding, threads == 1) << what;
           // And the result is the next step's bits.
           Replica r(c.w);
           DecodedPayload d;

@@ -468,8 +468,7 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
   const std::optional<BandedForm> banded = BandedFormOf(layout.mode);
   const bool all_xor = std::all_of(layout.segments.begin(), layout.segments.end(),
                                    [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
-  const bool one_thread = threads < 2 || changed < kConcurrentSectionsMinChanges;
-  if (apply != nullptr && banded && all_xor && one_thread) {
+  if (apply != nullptr && banded && all_xor && threads < 2) {
     // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations). On one
     // thread only: on two, the values must come before the walks instead of beside them, which
     // cost more than the separate apply (the 4.8 % pair, 1 payload on 2 threads: decode+apply

@@ -234,13 +234,13 @@ using LayoutCheck = std::function<Status(const PayloadLayout&)>;
 // DecodePayload, then ApplyPayload of the result to tensor_of: the same bytes, and nothing
 // written on any failure. Before any section is read, `check` (if given) sees the parsed
 // layout and every segment must fit its tensor (else kCorrupt). A banded context-mode payload
-// whose values are all XOR masks (what `dcr diff` writes), decoded on one thread (threads < 2,
-// or fewer than kConcurrentSectionsMinChanges changes), is applied as it decodes: the value
-// section first, then each tile's changes as soon as the walk places them, while the tile's old
-// bits are in cache (a separate apply reads them again from memory); on a failure midway the
-// applied changes are XORed back. Others decode, then apply. For context mode, tensor_of(t)
-// must be the bytes `base` reads for tensor t's segments, or memory `base` never returns.
-// *out holds the decoded changes afterwards, as DecodePayload leaves them.
+// whose values are all XOR masks (what `dcr diff` writes), decoded on one thread (threads 1, as
+// ParallelFor gives each payload when there are as many payloads as threads), is applied as it
+// decodes: the value section first, then each tile's changes as soon as the walk places them,
+// while the tile's old bits are in cache (a separate apply reads them again from memory); on a
+// failure midway the applied changes are XORed back. Others decode, then apply. For context
+// mode, tensor_of(t) must be the bytes `base` reads for tensor t's segments, or memory `base`
+// never returns. *out holds the decoded changes afterwards, as DecodePayload leaves them.
 Status DecodeApplyPayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base,
                           const TensorBytes& tensor_of, int threads = 1, const LayoutCheck& check = {});
 // Payloads DecodeApplyPayload applied while decoding (successfully), since the process started.
