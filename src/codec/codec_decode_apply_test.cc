@@ -1,8 +1,8 @@
 // Codec tests, part 9: DecodeApplyPayload. A banded context-mode payload decoded on one thread
-// is applied while it decodes (each tile's changes as the walk places them); every other payload
-// decodes, then applies. Either way the bytes, the decoded changes and the errors are those of DecodePayload
-// followed by ApplyPayload, and a payload refused anywhere, also after some parts' walks have
-// applied their tiles, leaves every tensor as it was.
+// is applied while it decodes (each tile's changes as the walk places them); every other
+// payload decodes, then applies. Either way the bytes, the decoded changes and the errors are
+// those of DecodePayload followed by ApplyPayload, and a payload refused anywhere, also after
+// some parts' walks have applied their tiles, leaves every tensor as it was.
 #include "codec/context_test_support.h"
 
 namespace dcr {
