@@ -305,14 +305,16 @@ Status DecodeTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* o
     layout.segments.push_back(seg.spec);
     layout.changed.push_back(seg.changes.size());
   }
-  return CheckTableLayout(reader.header(), i, layout).WithContext(PayloadWhere(reader, i));
+  s = CheckTableLayout(reader.header(), i, layout);
+  return s.ok() ? s : s.WithContext(PayloadWhere(reader, i));
 }
 
 Status DecodeApplyTablePayload(const DeltaReader& reader, size_t i, DecodedPayload* out, const BaseLookup& base,
                                const TensorBytes& tensor_of, int threads) {
-  return DecodeApplyPayload(reader.PayloadBytes(i), out, base, tensor_of, threads,
-                            [&](const PayloadLayout& layout) { return CheckTableLayout(reader.header(), i, layout); })
-      .WithContext(PayloadWhere(reader, i));
+  const Status s =
+      DecodeApplyPayload(reader.PayloadBytes(i), out, base, tensor_of, threads,
+                         [&](const PayloadLayout& layout) { return CheckTableLayout(reader.header(), i, layout); });
+  return s.ok() ? s : s.WithContext(PayloadWhere(reader, i));
 }
 
 Status CheckSegmentOrder(const SegmentSpec& prev, const SegmentSpec& next, size_t payload) {
