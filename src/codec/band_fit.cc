@@ -95,24 +95,25 @@ void FitCounter::Fold() {
   unfolded_ = 0;
 }
 
+void FitCounter::MakeRoom(uint64_t n) {
+  if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
+  unfolded_ += n;
+}
+
 void FitCounter::Count(const ContextSegment& seg, std::span<const uint32_t> positions) {
   CountPopulation(seg);
-  if (unfolded_ + positions.size() > (uint64_t{1} << 31)) Fold();
-  unfolded_ += positions.size();
+  MakeRoom(positions.size());
   WithWidth(seg.dtype, [&]<typename U>() { CountChangesAt<U>(seg, positions, &chg4_); });
 }
 
 void FitCounter::CountChangedOldBits(DType dtype, std::span<const uint8_t> old_bits) {
-  const uint64_t n = old_bits.size() / DTypeWidth(dtype);
-  if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
-  unfolded_ += n;
+  MakeRoom(old_bits.size() / DTypeWidth(dtype));
   WithWidth(dtype, [&]<typename U>() { CountOldBits<U>(dtype, old_bits, &chg4_); });
 }
 
 void FitCounter::CountPopulation(const ContextSegment& seg) {
   const uint64_t n = seg.elements();
-  if (unfolded_ + n > (uint64_t{1} << 31)) Fold();
-  unfolded_ += n;
+  MakeRoom(n);
   folded_.elements += n;
   WithWidth(seg.dtype, [&]<typename U>() { CountPopulationOf<U>(seg, stride_, &pop4_); });
 }

@@ -76,6 +76,8 @@ class FitCounter {
  private:
   using Interleaved = std::array<uint32_t, 4 * 256>;
   void Fold();
+  // Before counting n more elements or changes: folds first if a counter could pass 2^31.
+  void MakeRoom(uint64_t n);
   uint64_t stride_;
   Interleaved pop4_{}, chg4_{};
   // Elements and changes counted since the last fold: no counter has grown by more.

@@ -10,17 +10,10 @@ namespace {
 
 // Copies of a world's tensors that a decode reads its old bits from and applies to.
 struct Replica {
+  const World& world;
   std::map<uint32_t, std::vector<uint8_t>> tensors;
-  explicit Replica(const World& w) : tensors(w.base) {}
-  BaseLookup Lookup() {
-    return [this](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
-      auto it = tensors.find(s.tensor_index);
-      if (it == tensors.end()) return Corrupt("no tensor " + std::to_string(s.tensor_index));
-      const uint32_t w = DTypeWidth(s.dtype);
-      if (s.start > it->second.size() / w || s.count > it->second.size() / w - s.start) return Corrupt("segment does not fit");
-      return std::span<const uint8_t>(it->second).subspan(s.start * w, s.count * w);
-    };
-  }
+  explicit Replica(const World& w) : world(w), tensors(w.base) {}
+  BaseLookup Lookup() const { return world.LookupIn(tensors); }
   TensorBytes Tensors() {
     return [this](uint32_t t) {
       auto it = tensors.find(t);

@@ -116,10 +116,12 @@ struct World {
     return std::span<const uint8_t>(v).subspan(s.start * w, s.count * w);
   }
 
-  BaseLookup Lookup() const {
-    return [this](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
-      auto it = base.find(s.tensor_index);
-      if (it == base.end()) return Corrupt("no tensor " + std::to_string(s.tensor_index));
+  BaseLookup Lookup() const { return LookupIn(base); }
+  // The same, reading old bits from `tensors` (copies of the bases; they must outlive the lookup).
+  BaseLookup LookupIn(const std::map<uint32_t, std::vector<uint8_t>>& tensors) const {
+    return [this, &tensors](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
+      auto it = tensors.find(s.tensor_index);
+      if (it == tensors.end()) return Corrupt("no tensor " + std::to_string(s.tensor_index));
       const uint32_t w = DTypeWidth(s.dtype);
       if (s.dtype != dtype.at(s.tensor_index) || s.start > it->second.size() / w ||
           s.count > it->second.size() / w - s.start)

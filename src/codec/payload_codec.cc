@@ -465,10 +465,10 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
-  const std::optional<BandedForm> banded = BandedFormOf(layout.mode);
-  const bool all_xor = std::all_of(layout.segments.begin(), layout.segments.end(),
-                                   [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
-  if (apply != nullptr && banded && all_xor && threads < 2) {
+  const std::optional<BandedForm> banded = apply != nullptr && threads < 2 ? BandedFormOf(layout.mode) : std::nullopt;
+  const bool all_xor = banded && std::all_of(layout.segments.begin(), layout.segments.end(),
+                                             [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
+  if (banded && all_xor) {
     // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations). On one
     // thread only: on two, the values must come before the walks instead of beside them, which
     // cost more than the separate apply (the 4.8 % pair, 1 payload on 2 threads: decode+apply

@@ -219,10 +219,9 @@ using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentS
 // contents are unspecified). Memory: bounded by the changes the segment table declares (each
 // at most its segment's elements), about 6-16 bytes per declared change. Failures are
 // kCorrupt, or kUnsupported for other versions and for a context-mode payload when no `base`
-// is given. With threads >= 2 (0 = all hardware
-// threads) and at least kConcurrentSectionsMinChanges changes, the value section decodes on a
-// second thread while the location section decodes on the calling one; the result, errors
-// included, is the same.
+// is given. With threads >= 2 (0 = all hardware threads) and at least
+// kConcurrentSectionsMinChanges changes, the value section decodes on a second thread while the
+// location section decodes on the calling one; the result, errors included, is the same.
 Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {},
                      int threads = 1);
 
