@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 
@@ -335,6 +337,72 @@ TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(std::vector<uint8_t>(g->bytes().begin(), g->bytes().end()), (std::vector<uint8_t>{1, 2, 9, 4}));
   EXPECT_EQ(MappedFile::Open((dir / "missing").string()).status().code(), StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+// This thread's minor page faults so far.
+long ThreadMinorFaults() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// Writes one byte into each page of `bytes`; returns the faults that took.
+long FaultsOfWritingEveryPage(std::span<uint8_t> bytes, uint8_t value) {
+  const long before = ThreadMinorFaults();
+  for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = value;
+  return ThreadMinorFaults() - before;
+}
+
+// A prefaulted range takes its stores without a fault per page, keeps its bytes, and its stores
+// reach the file; the same stores into a range not prefaulted fault once per page. Ranges not
+// on page boundaries and empty ones are taken. The file is written a page per write() call:
+// written in larger calls, a file system may cache it in multi-page folios, which one fault
+// maps whole, and then there would be no per-page faults to spare.
+TEST(MappedFile, PrefaultForWriteSparesAFaultPerPage) {
+  constexpr size_t kPages = 256;
+  auto dir = std::filesystem::temp_directory_path() / ("dcr_prefault_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "f.bin").string();
+  std::vector<uint8_t> want(2 * kPages * 4096 + 100);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 7 + 1);
+  {
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    for (size_t at = 0; at < want.size(); at += 4096) {
+      const size_t n = std::min<size_t>(4096, want.size() - at);
+      ASSERT_EQ(::write(fd, want.data() + at, n), static_cast<ssize_t>(n));
+    }
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  }
+  {
+    auto f = MappedFile::Open(path, MappedFile::Mode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    const std::span<uint8_t> all = f->mutable_bytes();
+    const std::span<uint8_t> first = all.subspan(0, kPages * 4096), second = all.subspan(kPages * 4096);
+    // Read first, as `dcr apply` digests its target before writing: the pages are then mapped
+    // read-only, and each one's first store faults to make it writable.
+    EXPECT_TRUE(std::equal(all.begin(), all.end(), want.begin(), want.end()));
+    EXPECT_TRUE(PrefaultForWrite({}));
+    if (!PrefaultForWrite(first.subspan(10, first.size() - 20))) {
+      std::filesystem::remove_all(dir);
+      GTEST_SKIP() << "this kernel does not prefault for writing (MADV_POPULATE_WRITE, Linux 5.14)";
+    }
+    EXPECT_TRUE(std::equal(all.begin(), all.end(), want.begin(), want.end())) << "prefaulting changed bytes";
+    const long prefaulted = FaultsOfWritingEveryPage(first, 0xaa), not_prefaulted = FaultsOfWritingEveryPage(second, 0xbb);
+    if (not_prefaulted < static_cast<long>(kPages) / 2) {
+      std::filesystem::remove_all(dir);
+      GTEST_SKIP() << "this file system mapped several pages per write fault (" << not_prefaulted << " for " << kPages
+                   << " pages): nothing to compare";
+    }
+    EXPECT_LT(prefaulted, static_cast<long>(kPages / 8)) << "against " << not_prefaulted << " without";
+    for (size_t i = 0; i < all.size(); i += 4096) want[i] = i < first.size() ? 0xaa : 0xbb;
+    ASSERT_TRUE(f->Sync().ok());
+  }
+  auto g = MappedFile::Open(path);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(std::equal(g->bytes().begin(), g->bytes().end(), want.begin(), want.end()));
   std::filesystem::remove_all(dir);
 }
 

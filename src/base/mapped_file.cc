@@ -65,4 +65,17 @@ Status MappedFile::Sync() {
   return Status::Ok();
 }
 
+bool PrefaultForWrite(std::span<uint8_t> bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (bytes.empty()) return true;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t from = reinterpret_cast<uintptr_t>(bytes.data()) & ~(page - 1);
+  const uintptr_t to = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() + page - 1) & ~(page - 1);
+  return ::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0;
+#else
+  (void)bytes;
+  return false;
+#endif
+}
+
 }  // namespace dcr

@@ -99,6 +99,7 @@ int RunApply(const ApplyArgs& a) {
                {"base_check_seconds", s.base_check_seconds},
                {"verify_seconds", s.verify_seconds},
                {"apply_seconds", s.apply_seconds},
+               {"prefaulted_bytes", s.prefaulted_bytes},
                {"target_digest", s.target_digest.ToHex()},
                {"target", a.target}});
   } else {

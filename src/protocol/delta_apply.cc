@@ -2,6 +2,7 @@
 
 #include "base/thread_pool.h"
 #include "base/timing.h"
+#include "protocol/write_prefault.h"
 
 namespace dcr {
 namespace {
@@ -54,6 +55,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   const size_t np = h.payloads.size();
   std::vector<std::vector<std::pair<uint32_t, Digest128>>> deltas(np);
   std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);  // first and last segment
+  std::vector<std::vector<WriteRange>> dense(np);              // DenseWriteRanges of each payload
   const int per_payload = ThreadsPerItem(np, threads);
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
@@ -68,6 +70,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
       deltas[i].emplace_back(seg.spec.tensor_index, d);
     }
     ends[i] = {payload.segments.front().spec, payload.segments.back().spec};
+    if (options.prefault_writes) dense[i] = DenseWriteRanges(payload);
     return Status::Ok();
   }));
   // Segments are disjoint across payloads too, so no element is written twice.
@@ -87,13 +90,17 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   if (options.progress) options.progress(0, stats.wire_bytes);
 
   // Every check has passed: write. Segments are disjoint, so payloads apply in parallel; a
-  // context-mode payload reads only its own segments' old bits, which only it changes.
+  // context-mode payload reads only its own segments' old bits, which only it changes. Each
+  // payload's dense segments are first made writable whole (write_prefault.h).
   auto t2 = Clock::now();
+  const TensorBytes tensor_of = [&](uint32_t t) { return tensors[t].mutable_bytes; };
+  std::vector<uint64_t> prefaulted(np, 0);
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+    prefaulted[i] = PrefaultWriteRanges(dense[i], tensor_of);
     DecodedPayload payload;
-    return DecodeApplyTablePayload(delta, i, &payload, lookup, [&](uint32_t t) { return tensors[t].mutable_bytes; },
-                                   per_payload);
+    return DecodeApplyTablePayload(delta, i, &payload, lookup, tensor_of, per_payload);
   }));
+  for (uint64_t b : prefaulted) stats.prefaulted_bytes += b;
   DCR_RETURN_IF_ERROR(target.Sync());
   stats.apply_seconds = SecondsSince(t2);
   stats.changed_elements = h.changed_elements();

@@ -19,6 +19,9 @@ namespace dcr {
 struct ApplyOptions {
   int threads = 0;
   ProgressFn progress;  // reports payload bytes verified and applied
+  // Prefault the target's pages for writing before each payload's stores where its segments are
+  // dense (write_prefault.h): one call per segment instead of a write fault per page.
+  bool prefault_writes = true;
 };
 
 struct ApplyStats {
@@ -26,6 +29,7 @@ struct ApplyStats {
   double base_check_seconds = 0;  // full digest of the target before writing (O(model))
   double verify_seconds = 0;      // checksum + decode + digest of every payload (O(changes))
   double apply_seconds = 0;       // decode + in-place writes + sync
+  uint64_t prefaulted_bytes = 0;  // target bytes prefaulted for writing (ApplyOptions::prefault_writes)
   Digest128 target_digest;
 };
 

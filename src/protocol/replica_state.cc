@@ -10,6 +10,7 @@
 #include "base/timing.h"
 #include "codec/payload_codec.h"
 #include "protocol/replica_layout.h"
+#include "protocol/write_prefault.h"
 
 namespace dcr {
 
@@ -346,6 +347,11 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
   CrashPoint("replica.undo_written");
 
   // (3) Stores, sync, done record (W3). A failure here rolls this payload back.
+  // Dense segments' pages are made writable in one call each, not a fault per page
+  // (write_prefault.h); a layout's shard copies are not, yet.
+  if (!layout_)
+    PrefaultWriteRanges(DenseWriteRanges(decoded),
+                        [&](uint32_t t) { return weights_->tensors()[t].mutable_bytes; });
   Status s;
   for (size_t i = 0; i < nseg && s.ok(); ++i) {
     const DecodedSegment& seg = decoded.segments[i];

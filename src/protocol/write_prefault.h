@@ -1,0 +1,34 @@
+// Which of a payload's target bytes to prefault for writing (PrefaultForWrite, base/mapped_file.h)
+// before its changes are stored: the segments dense enough that nearly every page of theirs will
+// be written anyway, so that prefaulting them writes back no page that the stores would not
+// have dirtied, or few.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/payload_codec.h"
+
+namespace dcr {
+
+// A segment's bytes in its tensor: [offset, offset + length) of tensor_of(tensor).
+struct WriteRange {
+  uint32_t tensor = 0;
+  uint64_t offset = 0, length = 0;
+};
+
+// A segment is prefaulted when it holds at least one change per this many of its bytes (a 4 KiB
+// page): changes spread evenly then write into ~63 % of its pages or more, and the real deltas of
+// RL steps (0.5-5 % of BF16 elements, 10-100 changes per page) into all of them.
+inline constexpr uint64_t kPrefaultBytesPerChange = 4096;
+
+// The byte ranges of p's segments that hold at least one change per kPrefaultBytesPerChange
+// bytes, in segment order.
+std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p);
+
+// PrefaultForWrite of each range of its tensor's bytes (tensor_of, as ApplyPayload takes it).
+// Returns the bytes prefaulted (0 where the kernel declined: the stores then fault as usual).
+uint64_t PrefaultWriteRanges(std::span<const WriteRange> ranges, const TensorBytes& tensor_of);
+
+}  // namespace dcr
