@@ -348,8 +348,10 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
 
   // (3) Stores, sync, done record (W3). A failure here rolls this payload back.
   // Dense segments' pages are made writable in one call each, not a fault per page
-  // (write_prefault.h); a layout's shard copies are not, yet.
-  if (!layout_)
+  // (write_prefault.h).
+  if (layout_)
+    for (const PlacedPayload::Segment& seg : placed.segments) PrefaultDenseSlots(seg.slots);
+  else
     PrefaultWriteRanges(DenseWriteRanges(decoded),
                         [&](uint32_t t) { return weights_->tensors()[t].mutable_bytes; });
   Status s;

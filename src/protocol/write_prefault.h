@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/payload_codec.h"
+#include "protocol/placer.h"
 
 namespace dcr {
 
@@ -30,5 +31,10 @@ std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p);
 // PrefaultForWrite of each range of its tensor's bytes (tensor_of, as ApplyPayload takes it).
 // Returns the bytes prefaulted (0 where the kernel declined: the stores then fault as usual).
 uint64_t PrefaultWriteRanges(std::span<const WriteRange> ranges, const TensorBytes& tensor_of);
+
+// For a serving layout: `slots` (a placed segment's copies, PlacedPayload) grouped by local
+// tensor, each group's bytes from its first written element to its last prefaulted where it
+// holds at least one copy per kPrefaultBytesPerChange bytes. Returns the bytes prefaulted.
+uint64_t PrefaultDenseSlots(std::span<const Slot> slots);
 
 }  // namespace dcr

@@ -60,6 +60,34 @@ TEST(WritePrefault, DenseWriteRangesTakesSegmentsWithAChangePerPage) {
   EXPECT_EQ(r[2].length, 24u);
 }
 
+Slot SlotAt(uint8_t* at, uint32_t rank, uint32_t local_tensor, DType dtype) {
+  Slot s{};
+  s.at = at;
+  s.rank = rank;
+  s.local_tensor = local_tensor;
+  s.local_dtype = dtype;
+  return s;
+}
+
+// Copies are grouped by local tensor, whatever their order; a group is prefaulted from its first
+// written byte to its last when it holds a copy per kPrefaultBytesPerChange bytes of that span.
+TEST(WritePrefault, PrefaultDenseSlotsTakesEachLocalTensorsSpanWhenDense) {
+  std::vector<uint8_t> a(1 << 20), b(1 << 20), c(64);
+  const std::vector<uint8_t> a0 = a, b0 = b, c0 = c;
+  bool kernel_prefaults = PrefaultForWrite(std::span<uint8_t>(c));
+  const std::vector<Slot> slots = {
+      SlotAt(a.data() + 2 * 2048, 0, 0, DType::kBF16),  // rank 0 tensor 0: 3 copies over 8 KiB
+      SlotAt(b.data(), 1, 0, DType::kBF16),             // rank 1 tensor 0: 2 copies over 200 KB
+      SlotAt(a.data(), 0, 0, DType::kBF16),
+      SlotAt(c.data() + 8, 0, 1, DType::kF32),  // rank 0 tensor 1: one copy, 4 bytes
+      SlotAt(b.data() + 2 * 100000, 1, 0, DType::kBF16),
+      SlotAt(a.data() + 2 * 4095, 0, 0, DType::kBF16),
+  };
+  EXPECT_EQ(PrefaultDenseSlots(slots), kernel_prefaults ? 8192u + 4u : 0u);
+  EXPECT_EQ(PrefaultDenseSlots({}), 0u);
+  EXPECT_TRUE(a == a0 && b == b0 && c == c0) << "prefaulting changed bytes";
+}
+
 // A delta whose "dense" tensor changes in ~3 % of its elements and whose "sparse" tensor in
 // three: ApplyDelta prefaults the dense tensor's bytes only (the payload plan cuts it into
 // segments of whole tensors here), and the target ends with the new bits with or without.
