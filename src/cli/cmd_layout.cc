@@ -143,7 +143,8 @@ int RunLayoutApply(const LayoutApplyRequest& r) {
     PrintJson({{"changed_elements", s.changed_elements}, {"placed_elements", s.placed_elements}, {"payloads", s.payloads},
                {"wire_bytes", s.wire_bytes}, {"ranks", set->size()}, {"verified", o.verify},
                {"base_check_seconds", s.base_check_seconds}, {"verify_seconds", s.verify_seconds},
-               {"apply_seconds", s.apply_seconds}, {"target_digest", s.target_digest.ToHex()}, {"target", r.shards}});
+               {"apply_seconds", s.apply_seconds}, {"prefaulted_bytes", s.prefaulted_bytes},
+               {"target_digest", s.target_digest.ToHex()}, {"target", r.shards}});
   } else {
     std::printf("%s: applied %llu changes to %llu local elements on %zu ranks from %llu payloads%s; now at digest %s\n",
                 r.shards.c_str(), static_cast<unsigned long long>(s.changed_elements),

@@ -4,6 +4,7 @@
 #include "base/timing.h"
 #include "protocol/layout_digest.h"
 #include "protocol/placer.h"
+#include "protocol/write_prefault.h"
 
 namespace dcr {
 namespace {
@@ -112,7 +113,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
   // Every check has passed: write. Payloads hold disjoint canonical elements and each local element
   // copies at most one canonical element, so payloads are placed in parallel without conflicts.
   auto t2 = Clock::now();
-  std::vector<uint64_t> placed(np, 0);
+  std::vector<uint64_t> placed(np, 0), prefaulted(np, 0);
   DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
     DecodedPayload payload;
     DCR_RETURN_IF_ERROR(Decode(delta, i, &payload));
@@ -120,6 +121,18 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
       const uint32_t t = seg.spec.tensor_index;
       const bool xor_kind = seg.spec.kind == ValueKind::kXor;
       const bool needs_old = xor_kind && placer.has_converted(t);
+      // The dense local spans made writable whole first (write_prefault.h): resolving every
+      // change twice costs far less than a write fault per page.
+      if (seg.changes.size() * kPrefaultBytesPerChange >= seg.spec.count * DTypeWidth(seg.spec.dtype)) {
+        DenseSlotSpans spans;
+        std::vector<Slot> copies;
+        for (uint32_t pos : seg.changes.positions) {
+          copies.clear();
+          placer.Resolve(t, seg.spec.start + pos, &copies);
+          for (const Slot& c : copies) spans.Add(c);
+        }
+        prefaulted[i] += spans.Prefault();
+      }
       DCR_RETURN_IF_ERROR(ForEachResolvedChange(placer, seg, [&](size_t, uint64_t, uint64_t value, std::span<const Slot> copies) {
         // Read before any copy of this element is written; present (checked above).
         const uint64_t new_bits = needs_old ? (*placer.OldBits(t, copies) ^ value) : value;
@@ -132,6 +145,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
   }));
   stats.apply_seconds = SecondsSince(t2);
   for (uint64_t p : placed) stats.placed_elements += p;
+  for (uint64_t p : prefaulted) stats.prefaulted_bytes += p;
   stats.changed_elements = h.changed_elements();
   stats.target_digest = h.target_digest;
   if (options.progress) options.progress(stats.wire_bytes, stats.wire_bytes);

@@ -43,6 +43,7 @@ struct LayoutApplyStats {
   double base_check_seconds = 0;  // canonical digest of the shards (O(model); 0 with known_base)
   double verify_seconds = 0;      // decode + digest of every change (O(changes))
   double apply_seconds = 0;       // decode + placement + writes (O(changes))
+  uint64_t prefaulted_bytes = 0;  // shard bytes prefaulted for writing (write_prefault.h)
   Digest128 target_digest;
   std::vector<Digest128> target_tensor_digests;  // empty when not verified
 };

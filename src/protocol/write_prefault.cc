@@ -24,30 +24,30 @@ uint64_t PrefaultWriteRanges(std::span<const WriteRange> ranges, const TensorByt
   return done;
 }
 
-uint64_t PrefaultDenseSlots(std::span<const Slot> slots) {
-  struct Group {
-    uint32_t rank, local_tensor;
-    uint8_t *lo, *hi;  // the first written byte and one past the last
-    uint64_t copies;
-  };
-  std::vector<Group> groups;  // a canonical tensor's copies lie in a few local tensors
-  for (const Slot& s : slots) {
-    uint8_t* end = s.at + DTypeWidth(s.local_dtype);
-    auto g = groups.begin();
-    while (g != groups.end() && (g->rank != s.rank || g->local_tensor != s.local_tensor)) ++g;
-    if (g == groups.end()) {
-      groups.push_back({s.rank, s.local_tensor, s.at, end, 1});
-    } else {
-      g->lo = std::min(g->lo, s.at), g->hi = std::max(g->hi, end);
-      ++g->copies;
+void DenseSlotSpans::Add(const Slot& s) {
+  uint8_t* end = s.at + DTypeWidth(s.local_dtype);
+  for (Span& g : spans_)
+    if (g.rank == s.rank && g.local_tensor == s.local_tensor) {
+      g.lo = std::min(g.lo, s.at), g.hi = std::max(g.hi, end);
+      ++g.copies;
+      return;
     }
-  }
+  spans_.push_back({s.rank, s.local_tensor, s.at, end, 1});
+}
+
+uint64_t DenseSlotSpans::Prefault() const {
   uint64_t done = 0;
-  for (const Group& g : groups) {
+  for (const Span& g : spans_) {
     const auto length = static_cast<uint64_t>(g.hi - g.lo);
     if (g.copies * kPrefaultBytesPerChange >= length && PrefaultForWrite({g.lo, static_cast<size_t>(length)})) done += length;
   }
   return done;
+}
+
+uint64_t PrefaultDenseSlots(std::span<const Slot> slots) {
+  DenseSlotSpans spans;
+  for (const Slot& s : slots) spans.Add(s);
+  return spans.Prefault();
 }
 
 }  // namespace dcr

@@ -32,9 +32,25 @@ std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p);
 // Returns the bytes prefaulted (0 where the kernel declined: the stores then fault as usual).
 uint64_t PrefaultWriteRanges(std::span<const WriteRange> ranges, const TensorBytes& tensor_of);
 
-// For a serving layout: `slots` (a placed segment's copies, PlacedPayload) grouped by local
-// tensor, each group's bytes from its first written element to its last prefaulted where it
-// holds at least one copy per kPrefaultBytesPerChange bytes. Returns the bytes prefaulted.
+// For a serving layout: the copies a segment writes (Slot, placer.h) grouped by local tensor,
+// each group's bytes from its first written element to its last prefaulted where it holds at
+// least one copy per kPrefaultBytesPerChange bytes of that span.
+class DenseSlotSpans {
+ public:
+  void Add(const Slot& s);
+  // Prefaults the dense spans of the copies added; returns the bytes prefaulted.
+  uint64_t Prefault() const;
+
+ private:
+  struct Span {
+    uint32_t rank, local_tensor;
+    uint8_t *lo, *hi;  // the first written byte and one past the last
+    uint64_t copies;
+  };
+  std::vector<Span> spans_;  // a canonical tensor's copies lie in a few local tensors
+};
+
+// DenseSlotSpans of `slots` (a placed segment's copies, PlacedPayload), prefaulted.
 uint64_t PrefaultDenseSlots(std::span<const Slot> slots);
 
 }  // namespace dcr
