@@ -28,8 +28,10 @@ inline constexpr uint64_t kPrefaultBytesPerChange = 4096;
 // bytes, in segment order.
 std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p);
 
-// PrefaultForWrite of each range of its tensor's bytes (tensor_of, as ApplyPayload takes it).
-// Returns the bytes prefaulted (0 where the kernel declined: the stores then fault as usual).
+// PrefaultForWrite of each range of its tensor's bytes (tensor_of, as ApplyPayload takes it;
+// every range within its tensor, as DenseWriteRanges gives them for a payload that decoded
+// against these tensors). Returns the bytes prefaulted (0 where the kernel declined: the stores
+// then fault as usual).
 uint64_t PrefaultWriteRanges(std::span<const WriteRange> ranges, const TensorBytes& tensor_of);
 
 // For a serving layout: the copies a segment writes (Slot, placer.h) grouped by local tensor,
