@@ -48,11 +48,11 @@ class MappedFile {
 // (madvise MADV_POPULATE_WRITE, Linux 5.14), instead of a write fault at each page's first
 // store. A fault is ~10 us under a hypervisor that shadows page tables: on one such VM the
 // writing pass of a 243 MB `dcr apply` took 0.93-1.00 s faulting, 0.42-0.53 s prefaulted (of
-// which its msync ~0.29 s). The range is rounded out
-// to whole pages, and every page of it becomes dirty, so that the next Sync writes it back: for
-// ranges nearly every page of which will be written anyway. A hint, returning whether it was
-// taken: where the kernel lacks it or refuses (e.g. a block it cannot allocate) nothing is
-// promised, and the stores fault, and fail, as they would have without it.
+// which its msync ~0.29 s). The range is rounded out to whole pages, and every page of it
+// becomes dirty, so that the next Sync writes it back: for ranges nearly every page of which
+// will be written anyway. A hint, returning whether it was taken: where the kernel lacks it or
+// refuses (e.g. a block it cannot allocate) nothing is promised, and the stores fault, and
+// fail, as they would have without it.
 bool PrefaultForWrite(std::span<uint8_t> bytes);
 
 }  // namespace dcr

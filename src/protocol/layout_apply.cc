@@ -121,18 +121,7 @@ Result<LayoutApplyStats> ApplyLayoutDelta(const DeltaReader& delta, const Layout
       const uint32_t t = seg.spec.tensor_index;
       const bool xor_kind = seg.spec.kind == ValueKind::kXor;
       const bool needs_old = xor_kind && placer.has_converted(t);
-      // The dense local spans made writable whole first (write_prefault.h): resolving every
-      // change twice costs far less than a write fault per page.
-      if (seg.changes.size() * kPrefaultBytesPerChange >= seg.spec.count * DTypeWidth(seg.spec.dtype)) {
-        DenseSlotSpans spans;
-        std::vector<Slot> copies;
-        for (uint32_t pos : seg.changes.positions) {
-          copies.clear();
-          placer.Resolve(t, seg.spec.start + pos, &copies);
-          for (const Slot& c : copies) spans.Add(c);
-        }
-        prefaulted[i] += spans.Prefault();
-      }
+      prefaulted[i] += PrefaultDenseSegment(placer, seg);  // dense local spans made writable whole first
       DCR_RETURN_IF_ERROR(ForEachResolvedChange(placer, seg, [&](size_t, uint64_t, uint64_t value, std::span<const Slot> copies) {
         // Read before any copy of this element is written; present (checked above).
         const uint64_t new_bits = needs_old ? (*placer.OldBits(t, copies) ^ value) : value;

@@ -11,7 +11,7 @@ std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p) {
   std::vector<WriteRange> out;
   for (const DecodedSegment& seg : p.segments) {
     const uint64_t width = DTypeWidth(seg.spec.dtype), length = seg.spec.count * width;
-    if (seg.changes.size() * kPrefaultBytesPerChange >= length)
+    if (DenseEnoughToPrefault(seg.changes.size(), length))
       out.push_back({seg.spec.tensor_index, seg.spec.start * width, length});
   }
   return out;
@@ -39,7 +39,7 @@ uint64_t DenseSlotSpans::Prefault() const {
   uint64_t done = 0;
   for (const Span& g : spans_) {
     const auto length = static_cast<uint64_t>(g.hi - g.lo);
-    if (g.copies * kPrefaultBytesPerChange >= length && PrefaultForWrite({g.lo, static_cast<size_t>(length)})) done += length;
+    if (DenseEnoughToPrefault(g.copies, length) && PrefaultForWrite({g.lo, static_cast<size_t>(length)})) done += length;
   }
   return done;
 }
@@ -47,6 +47,18 @@ uint64_t DenseSlotSpans::Prefault() const {
 uint64_t PrefaultDenseSlots(std::span<const Slot> slots) {
   DenseSlotSpans spans;
   for (const Slot& s : slots) spans.Add(s);
+  return spans.Prefault();
+}
+
+uint64_t PrefaultDenseSegment(const Placer& placer, const DecodedSegment& seg) {
+  if (!DenseEnoughToPrefault(seg.changes.size(), seg.spec.count * DTypeWidth(seg.spec.dtype))) return 0;
+  DenseSlotSpans spans;
+  std::vector<Slot> copies;
+  for (uint32_t pos : seg.changes.positions) {
+    copies.clear();
+    placer.Resolve(seg.spec.tensor_index, seg.spec.start + pos, &copies);
+    for (const Slot& c : copies) spans.Add(c);
+  }
   return spans.Prefault();
 }
 

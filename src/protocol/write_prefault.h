@@ -24,6 +24,10 @@ struct WriteRange {
 // RL steps (0.5-5 % of BF16 elements, 10-100 changes per page) into all of them.
 inline constexpr uint64_t kPrefaultBytesPerChange = 4096;
 
+// Whether `writes` element writes into `bytes` bytes are at least one per
+// kPrefaultBytesPerChange: the one density rule of every function below.
+inline bool DenseEnoughToPrefault(uint64_t writes, uint64_t bytes) { return writes * kPrefaultBytesPerChange >= bytes; }
+
 // The byte ranges of p's segments that hold at least one change per kPrefaultBytesPerChange
 // bytes, in segment order.
 std::vector<WriteRange> DenseWriteRanges(const DecodedPayload& p);
@@ -54,5 +58,11 @@ class DenseSlotSpans {
 
 // DenseSlotSpans of `slots` (a placed segment's copies, PlacedPayload), prefaulted.
 uint64_t PrefaultDenseSlots(std::span<const Slot> slots);
+
+// For `dcr apply --layout`, before `seg` is placed: when the segment is dense in canonical
+// elements, its changes resolved to their copies (Placer::Resolve; nothing read or written in
+// the shards) and the DenseSlotSpans of those prefaulted. Resolving every change a second time
+// costs far less than a write fault per page. Returns the bytes prefaulted.
+uint64_t PrefaultDenseSegment(const Placer& placer, const DecodedSegment& seg);
 
 }  // namespace dcr
