@@ -102,23 +102,32 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
 
 struct WalkApply;  // band_walk.h
 
-// The value section, for DecodeApplyBandedLocations: decode_share(0) and decode_share(1)
-// decode it (ValueSectionDecoder's shares); result() is its status once both ran.
+// The value section, for DecodeApplyBandedLocations: decode_share(share, apart) decodes share 0
+// or 1 (ValueSectionDecoder's shares); with apart, the two shares run on two threads at once and
+// so must share no decoder (a decoder shared by two threads, its table built by one and read by
+// both, decoded each share markedly slower). result() is the section's status once both shares
+// ran, either way; share_values(share), after decode_share(share, true), the payload-order
+// values [first, second) that share decoded (share 0's end is share 1's start). `splits`: both
+// shares hold values (the Huffman code in streams).
 struct BandedValueSection {
-  std::function<void(int)> decode_share;
+  std::function<void(int, bool)> decode_share;
   std::function<Status()> result;
+  std::function<std::pair<uint64_t, uint64_t>(int)> share_values;
+  bool splits = false;
 };
 
-// DecodeBandedLocations on the calling thread that also applies the changes
-// (DecodeApplyPayload), each tile's as soon as the walk has placed them, while the tile's old
-// bits are in cache: `apply` (band_walk.h) names, per segment, the bytes to change and the
-// changes' XOR masks, which `values` decodes. First the value section, then every part's
-// ordinals, then, only if all of those succeeded, the parts' walks. On failure nothing stays
-// applied (the walks' changes are XORed back) and the error is the one DecodeBandedLocations
+// DecodeBandedLocations that also applies the changes (DecodeApplyPayload), each tile's as soon
+// as the walk has placed them, while the tile's old bits are in cache: `apply` (band_walk.h)
+// names, per segment, the bytes to change and the changes' XOR masks, which `values` decodes.
+// On one thread: first the value section, then every part's ordinals, then, only if all of
+// those succeeded, the parts' walks. With threads >= 2, where there are two parts or two value
+// shares, a helper thread takes value share 1 and the later half of the parts while the calling
+// thread takes share 0 and the first half (band_decode_apply.cc). On failure nothing stays
+// applied (the applied changes are XORed back) and the error is the one DecodeBandedLocations
 // would return, the value section's first.
 Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
                                   std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,
-                                  const WalkApply& apply);
+                                  const WalkApply& apply, int threads = 1);
 
 // Parts that a helper thread (not the calling thread) decoded, since the process started.
 uint64_t GetBandPartsDecodedByHelper();

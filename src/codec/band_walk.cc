@@ -346,8 +346,12 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
       // The tile's changes are placed: apply them while its elements are in this core's cache.
       if (apply != nullptr && out != tile_out) {
         const uint32_t* first = positions[s].data();
-        ApplyChangeRun(apply->to[s], w, true, false, apply->xor_values[s], first, static_cast<size_t>(tile_out - first),
-                       static_cast<size_t>(out - first));
+        size_t from = static_cast<size_t>(tile_out - first), to = static_cast<size_t>(out - first);
+        if (!apply->slot_lo.empty()) {
+          from = std::max<size_t>(from, apply->slot_lo[s]);
+          to = std::min<size_t>(to, apply->slot_hi[s]);
+        }
+        if (from < to) ApplyChangeRun(apply->to[s], w, true, false, apply->xor_values[s], first, from, to);
       }
     }
     (*filled)[s] = room_of[s] - room;

@@ -59,6 +59,9 @@ struct WalkPart {
 struct WalkApply {
   std::span<uint8_t* const> to;
   std::span<const uint8_t* const> xor_values;
+  // If not empty: per segment, only the changes in slots [slot_lo[s], slot_hi[s]) are applied
+  // (the others' values may not be decoded yet); *filled still counts every position written.
+  std::span<const uint64_t> slot_lo, slot_hi;
 };
 
 // Decoder: places each band's changed ordinals at their positions, for the tiles of `part`.

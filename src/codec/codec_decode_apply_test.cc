@@ -1,9 +1,10 @@
-// Codec tests, part 9: DecodeApplyPayload. A banded context-mode payload decoded on one thread
-// is applied while it decodes (each tile's changes as the walk places them); every other
-// payload decodes, then applies. Either way the bytes, the decoded changes and the errors are
+// Codec tests, part 9: DecodeApplyPayload. A banded context-mode payload of XOR values is
+// applied while it decodes (each tile's changes as the walk places them), on one thread or two;
+// every other payload decodes, then applies. Either way the bytes, the decoded changes and the errors are
 // those of DecodePayload followed by ApplyPayload, and a payload refused anywhere, also after
 // some parts' walks have applied their tiles, leaves every tensor as it was.
 #include "codec/context_test_support.h"
+#include "codec/second_part_walker.h"
 
 namespace dcr {
 namespace {
@@ -83,8 +84,7 @@ TEST(DecodeApply, BandedXorPayloadsApplyWhileDecoding) {
                                    " scale " + std::to_string(scale) + " threads " + std::to_string(threads);
           const Outcome o = ExpectLikeTwoSteps(c.w, c.p, threads, what);
           ASSERT_TRUE(o.status.ok()) << what << ": " << o.status.ToString();
-          // On one thread; on two it decodes, then applies.
-          EXPECT_EQ(o.applied_while_decoding, threads == 1) << what;
+          EXPECT_TRUE(o.applied_while_decoding) << what;
           // And the result is the next step's bits.
           Replica r(c.w);
           DecodedPayload d;
@@ -112,6 +112,55 @@ TEST(DecodeApply, OtherPayloadsDecodeThenApply) {
   EXPECT_FALSE(o.applied_while_decoding);
 }
 
+// Two threads: thread 0 decodes value share 0 (the first half of the values) and walks part 0,
+// thread 1 share 1 and part 1. Where a part's changes and its thread's values do not line up
+// (changes crowded into one half of the elements), a walk applies only the changes whose values
+// are decoded and the rest follow; whichever thread runs first or alone, the bytes are the
+// next step's and the decoded changes those of the two steps.
+TEST(DecodeApply, TwoThreadsApplyEveryChangeWhereverItsValueLies) {
+  constexpr uint64_t kN = 200000;
+  const uint64_t part_start = kN / 2 / kBandPartAlign * kBandPartAlign;  // part 1's first element
+  for (const int crowded : {0, 1, 2}) {  // changes crowded into part 0, into part 1, or even
+    World w;
+    std::mt19937_64 rng(21 + crowded);
+    const double p0 = crowded == 0 ? 0.3 : crowded == 1 ? 0.03 : 0.15;
+    w.Add(1, DType::kBF16, kN, rng, 0, kN, [&](uint64_t) { return 0.0; });
+    std::uniform_real_distribution<double> u(0, 1);
+    uint64_t in_part_0 = 0, changed = 0;
+    for (uint64_t i = 0; i < kN; ++i) {
+      const double p = i < part_start ? p0 : 0.33 - p0;
+      if (u(rng) >= p) continue;
+      const uint64_t old = LoadElem(w.base[1], i, 2);
+      StoreElem(w.next[1], i, 2, old ^ (1 + rng() % 7));
+      in_part_0 += i < part_start;
+      ++changed;
+    }
+    EncodeOptions o = With(Context::kAlways);
+    o.band_part_elements = kN / 2;
+    const std::vector<uint8_t> p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, kN}}, o);
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(p, &layout).ok());
+    ASSERT_EQ(layout.val_codec, ValueCodec::kHuffmanStreams) << "two value shares";
+    ASSERT_EQ(LocationSection(p)[LocationSection(p)[0]], 2) << "two parts";
+    if (crowded < 2) {
+      ASSERT_GT(std::max(in_part_0, changed - in_part_0), changed * 3 / 4) << "crowded";
+    }
+    for (SecondPartWalker walker : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath,
+                                    SecondPartWalker::kCallerWalksOn}) {
+      SetSecondPartWalkerForTests(walker);
+      const std::string what = "crowded " + std::to_string(crowded) + " walker " + std::to_string(int(walker));
+      const Outcome out = ExpectLikeTwoSteps(w, p, 2, what);
+      EXPECT_TRUE(out.status.ok()) << what << ": " << out.status.ToString();
+      EXPECT_TRUE(out.applied_while_decoding) << what;
+      Replica r(w);
+      DecodedPayload d;
+      ASSERT_TRUE(DecodeApplyPayload(p, &d, r.Lookup(), r.Tensors(), 2).ok());
+      EXPECT_EQ(r.tensors, w.next) << what;
+    }
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  }
+}
+
 // The band thresholds moved, re-signed: the same counts and streams against other bands. Many
 // such payloads are refused only by a walk's checks (a band's ordinals past its population, a
 // segment's count), after that walk, and other parts' walks, have applied their tiles.
@@ -135,6 +184,17 @@ TEST(DecodeApply, PayloadsRefusedByAWalkLeaveTheTensorsAsTheyWere) {
         const std::string& m = o.status.message();
         walk_refusals += m.find("past its population") != std::string::npos || m.find("table entry") != std::string::npos;
       }
+      // Also a bit flipped in the parts' streams: where a later part's ordinals fail, the
+      // earlier parts' walks still decide the error, as on one thread.
+      std::mt19937_64 rng(t * 16 + static_cast<uint64_t>(shift + 8));
+      for (int i = 0; i < 16; ++i) {
+        auto flipped = loc;
+        const size_t at = flipped.size() / 8 + rng() % (flipped.size() - flipped.size() / 8);
+        flipped[at] = static_cast<uint8_t>(flipped[at] ^ (1u << (rng() % 8)));
+        const std::string what = "threshold " + std::to_string(t) + " shift " + std::to_string(shift) + " flip " +
+                                 std::to_string(at);
+        ExpectLikeTwoSteps(c.w, WithLocationSection(c.p, flipped), 2, what);
+      }
     }
   EXPECT_GT(walk_refusals, 4);
 }
@@ -155,7 +215,12 @@ TEST(DecodeApply, RandomSectionEditsAreRefusedAlikeOrApplyAlike) {
       q[at] = static_cast<uint8_t>(q[at] ^ (1u << (rng() % 8)));
     }
     Resign(q);
-    const Outcome o = ExpectLikeTwoSteps(c.w, q, 1 + i % 2, "edit " + std::to_string(i));
+    // One thread, then two with each order of their steps (DecodeApplyBandedLocations).
+    const int threads = 1 + (i % 4 != 0);
+    const auto walker = static_cast<SecondPartWalker>(i % 3);
+    SetSecondPartWalkerForTests(walker);
+    const Outcome o = ExpectLikeTwoSteps(c.w, q, threads, "edit " + std::to_string(i));
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
     refused += !o.status.ok();
   }
   EXPECT_GT(refused, 300);

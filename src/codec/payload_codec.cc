@@ -465,28 +465,41 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
-  const std::optional<BandedForm> banded = apply != nullptr && threads < 2 ? BandedFormOf(layout.mode) : std::nullopt;
+  const std::optional<BandedForm> banded = apply != nullptr ? BandedFormOf(layout.mode) : std::nullopt;
   const bool all_xor = banded && std::all_of(layout.segments.begin(), layout.segments.end(),
                                              [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
   if (banded && all_xor) {
-    // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations). On one
-    // thread only: on two, the values must come before the walks instead of beside them, which
-    // cost more than the separate apply (the 4.8 % pair, 1 payload on 2 threads: decode+apply
-    // 0.38 of the scan against 0.44, medians 0.32 against 0.42, eight alternated runs).
+    // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations), on one
+    // thread, or on two that each decode a share of the values and then walk half of the parts.
     std::vector<uint8_t*> to(nseg);
     std::vector<const uint8_t*> xor_values(nseg);
     for (size_t i = 0; i < nseg; ++i) {
       to[i] = tensors[i].data() + layout.segments[i].start * DTypeWidth(layout.segments[i].dtype);
       xor_values[i] = value_outs[i].data();
     }
-    const BandedValueSection value_section{[&](int share) { value_decoder.DecodeShare(share); }, values_result};
-    const Status s =
-        DecodeApplyBandedLocations(in.loc, *banded, in.segs, position_outs, value_section, WalkApply{to, xor_values});
+    // With two threads, share 1 gets a decoder of its own (BandedValueSection).
+    const int walk_threads = threads >= 2 && changed >= kConcurrentSectionsMinChanges ? 2 : 1;
+    std::optional<ValueSectionDecoder> share_1_decoder;
+    if (walk_threads == 2) share_1_decoder.emplace(layout.val_codec, layout.val_stored, runs, value_outs);
+    auto decoder_of = [&](int share, bool apart) -> ValueSectionDecoder& {
+      return share == 1 && apart ? *share_1_decoder : value_decoder;
+    };
+    const BandedValueSection value_section{
+        [&](int share, bool apart) { decoder_of(share, apart).DecodeShare(share); },
+        [&]() -> Status {
+          DCR_RETURN_IF_ERROR(values_result());
+          if (share_1_decoder) return share_1_decoder->Result().WithContext("payload value section");
+          return Status::Ok();
+        },
+        [&](int share) { return decoder_of(share, true).ShareValues(share); },
+        layout.val_codec == ValueCodec::kHuffmanStreams};
+    const Status s = DecodeApplyBandedLocations(in.loc, *banded, in.segs, position_outs, value_section,
+                                                WalkApply{to, xor_values, {}, {}}, walk_threads);
     if (s.ok()) {
       g_applied_while_decoding.fetch_add(1, std::memory_order_relaxed);
       return s;
     }
-    DCR_RETURN_IF_ERROR(values_result());
+    DCR_RETURN_IF_ERROR(value_section.result());
     return s.WithContext("payload location section");
   }
   // The sections are independent: with enough changes, a second thread may decode the values.

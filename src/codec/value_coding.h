@@ -99,6 +99,9 @@ class ValueSectionDecoder {
   ValueSectionDecoder(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                       std::span<const std::span<uint8_t>> outs);
   void DecodeShare(int share);
+  // After DecodeShare(share): the payload-order values [first, second) that share decoded
+  // (share 0 all of them where the section has one stream or none).
+  std::pair<uint64_t, uint64_t> ShareValues(int share) const;
   // Once both shares have run: kCorrupt on any inconsistency, the first error one thread
   // decoding the streams in order would meet.
   Status Result() const;

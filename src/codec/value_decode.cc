@@ -167,6 +167,11 @@ void ValueSectionDecoder::DecodeShare(int share) {
   for (size_t i = from; i < to; i += 2) DecodeStreams(i, std::min(i + 1, to - 1));  // two at a time
 }
 
+std::pair<uint64_t, uint64_t> ValueSectionDecoder::ShareValues(int share) const {
+  const auto [from, to] = value_symbols::ShareStreams(streams_, share);
+  return {StreamStart(total_, streams_, from), StreamStart(total_, streams_, to)};
+}
+
 Status ValueSectionDecoder::Result() const {
   if (!prepared_status_.ok()) return prepared_status_;
   for (size_t i = 0; i < streams_; ++i)

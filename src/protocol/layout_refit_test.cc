@@ -151,7 +151,9 @@ TEST(LayoutRefit, EveryTrainingLayoutToEveryServingLayoutIsBitExact) {
         EXPECT_GE(applied->placed_elements, applied->changed_elements);
         // These deltas change a few % of the elements: the shards' touched spans are dense and
         // are prefaulted where the kernel can (write_prefault.h).
-        if (kernel_prefaults) EXPECT_GT(applied->prefaulted_bytes, 0u);
+        if (kernel_prefaults) {
+          EXPECT_GT(applied->prefaulted_bytes, 0u);
+        }
         ExpectSameShards(serve, target, *p.m.dir / ("serve_new_" + Label("", s)));
         ++chains;
       }
