@@ -154,12 +154,21 @@ HWY_INLINE void BandCountsBefore(const TileRows& rows, size_t b, int16_t* out) {
 // compare per vector of 16-bit lanes, no branches; past the tile's words the counts are the
 // band's total, above `local`.
 HWY_INLINE size_t WordOfMemberIn(const int16_t* before, int16_t local) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  static_assert(kTileWords == 64);
+  // Both halves' compares in one 64-bit mask: one mask move and one popcount, not two each.
+  const __m512i v = _mm512_set1_epi16(local);
+  const __mmask32 lo = _mm512_cmpgt_epi16_mask(_mm512_load_si512(before), v);
+  const __mmask32 hi = _mm512_cmpgt_epi16_mask(_mm512_load_si512(before + 32), v);
+  return kTileWords - 1 - static_cast<size_t>(PopCount64(_cvtmask64_u64(_mm512_kunpackd(hi, lo))));
+#else
   const hn::CappedTag<int16_t, kTileWords> d;
   const size_t n = hn::Lanes(d);
   const auto v = hn::Set(d, local);
   size_t after = 0;  // words wholly after the member
   for (size_t i = 0; i < kTileWords; i += n) after += hn::CountTrue(d, hn::Gt(hn::Load(d, before + i), v));
   return kTileWords - 1 - after;
+#endif
 }
 
 // The end of the run of ord[p, n) (ascending) below `end`: a vector of ordinals per step, so
