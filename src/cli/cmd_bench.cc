@@ -90,22 +90,22 @@ double Median(std::vector<double> v) {
 // and fsync of `dcr apply`. Context mode reads the old bits from that copy, as a receiver reads
 // its replica: each payload is decoded before it is applied, and payloads cover disjoint
 // elements, so every payload sees only old bits in its own segments whatever the thread count.
-// *scan_s: a scan of the pair run right before the decode, its reference: on a virtual machine
-// a CPU back from idle (the encode's fsync) runs the next milliseconds markedly slower (one-
-// thread decode+apply of the 4.8 % pair: median 0.77 ms after a 2 ms sleep, 0.46-0.52 without),
-// so a ratio is only fair between runs in the same state.
+// The timed pass follows an untimed one (then the copy and the scan): the decoder's steady
+// state, as a receiver decoding payload after payload runs, not its state right after this
+// repetition's encode, which evicted its code, predictor state and buffers (the 4.5 % real
+// pair, two threads: 9.75-9.79 GB/s without, 12.2-12.3 with, the scan unchanged).
+// *scan_s: a scan of the pair run right before the timed decode, its reference: on a virtual
+// machine a CPU back from idle (the encode's fsync) runs the next milliseconds markedly slower
+// (one-thread decode+apply of the 4.8 % pair: median 0.77 ms after a 2 ms sleep, 0.46-0.52
+// without), so a ratio is only fair between runs in the same state.
 Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& base, const Checkpoint& next,
                                   int threads, bool cold, std::vector<std::vector<uint8_t>>* replica, double* scan_s) {
   std::vector<std::vector<uint8_t>>& work = *replica;
   work.resize(base.tensors().size());
-  for (size_t i = 0; i < work.size(); ++i) work[i].assign(base.tensors()[i].bytes.begin(), base.tensors()[i].bytes.end());
+  auto copy_base = [&] {
+    for (size_t i = 0; i < work.size(); ++i) work[i].assign(base.tensors()[i].bytes.begin(), base.tensors()[i].bytes.end());
+  };
   const size_t np = delta.header().payloads.size();
-  if (cold) EvictCheckpoint(base), EvictCheckpoint(next);
-  *scan_s = ScanSeconds(base, next, threads);
-  if (cold) {
-    for (const auto& w : work) EvictFromCaches(w);
-    for (size_t i = 0; i < np; ++i) EvictFromCaches(delta.PayloadBytes(i));
-  }
   BaseLookup lookup = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
     if (s.tensor_index >= work.size()) return Corrupt("tensor index out of range");
     const uint64_t w = DTypeWidth(s.dtype);
@@ -113,12 +113,24 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& ba
     return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
   const int per_payload = ThreadsPerItem(np, threads);
+  auto decode_apply = [&] {
+    return ParallelFor(np, threads, [&](size_t i) {
+      thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
+      return DecodeApplyTablePayload(delta, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
+                                     per_payload);
+    });
+  };
+  copy_base();
+  DCR_RETURN_IF_ERROR(decode_apply());  // untimed
+  copy_base();
+  if (cold) EvictCheckpoint(base), EvictCheckpoint(next);
+  *scan_s = ScanSeconds(base, next, threads);
+  if (cold) {
+    for (const auto& w : work) EvictFromCaches(w);
+    for (size_t i = 0; i < np; ++i) EvictFromCaches(delta.PayloadBytes(i));
+  }
   auto t0 = Clock::now();
-  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
-    thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
-    return DecodeApplyTablePayload(delta, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
-                                   per_payload);
-  }));
+  DCR_RETURN_IF_ERROR(decode_apply());
   double t = SecondsSince(t0);
   for (size_t i = 0; i < work.size(); ++i)
     if (!std::equal(work[i].begin(), work[i].end(), next.tensors()[i].bytes.begin()))
@@ -233,9 +245,9 @@ int RunBench(BenchArgs args) {
   if (args.json) std::printf("%s\n", rows.dump().c_str());
   else
     std::printf("%d thread(s), best of %d, SIMD target %s%s. chg %% assumes 2-byte elements. enc = diff+encode; dec = "
-                "verify+decode+apply in memory; x/scn = throughput relative to the two-stream scan of the same pair (best "
-                "times; a scan runs right before each encode and each decode); x med = the median over repetitions of "
-                "that ratio within each.\n",
+                "verify+decode+apply in memory, each timed one after an untimed one; x/scn = throughput relative to the "
+                "two-stream scan of the same pair (best times; a scan runs right before each encode and each timed "
+                "decode); x med = the median over repetitions of that ratio within each.\n",
                 threads, args.repeat, ActiveSimdTargetName(),
                 args.cold ? ", inputs evicted from the caches before each timed pass" : "");
   return kExitOk;
@@ -252,8 +264,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
       "For each consecutive pair of FILES (default: a generated 3-step BF16 trajectory): wire bytes per\n"
       "changed element and per dense byte, diff+encode and decode+apply throughput, and a plain scan of\n"
       "both inputs measured in the same run, with the ratios: of the best times, and the median over\n"
-      "repetitions of each repetition's own ratio (steadier where the machine's speed drifts). Decode+apply is\n"
-      "checked bit-exact.");
+      "repetitions of each repetition's own ratio (steadier where the machine's speed drifts). Each timed\n"
+      "decode+apply follows an untimed one (a receiver's steady state, decoding payload after payload, not\n"
+      "the state the repetition's encode leaves) and is checked bit-exact.");
   codec->add_option("FILES", args->files, "checkpoints in trajectory order");
   codec->add_option("--codec", args->codec, "plain, ctx or both")->check(CLI::IsMember({"plain", "ctx", "both"}))->capture_default_str();
   codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
