@@ -92,14 +92,21 @@ Status DecodeApplyOnTwoThreads(const BandedHeader& h, const PartDecoder& decoder
   std::array<std::atomic<bool>, 2> share_done{};
   std::array<std::pair<uint64_t, uint64_t>, 2> share{};  // payload-order values of each share
   const std::thread::id caller = std::this_thread::get_id();
-  // Applies what part p's walk did not: its changes outside its slot bounds.
+  // XORs segment s's changes in slots [from, to) onto its elements.
+  auto apply_slots = [&](size_t s, uint64_t from, uint64_t to) {
+    if (from < to)
+      ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from,
+                     to);
+  };
+  // Applies what part p's walk did not: its changes outside its slot bounds, segment by segment.
   auto apply_rest = [&](size_t p) {
     const auto [c0, c1] = part_changes(p);
     for (size_t s = 0; s < nseg; ++s) {
-      const uint64_t first = decoder.SegmentFirst(s);
-      ApplyPayloadSlots(decoder, segs, positions, apply, std::max(c0, first), std::min(c1, first + part[p].slot_lo[s]));
-      ApplyPayloadSlots(decoder, segs, positions, apply, std::max(c0, first + part[p].slot_hi[s]),
-                        std::min(c1, decoder.SegmentFirst(s + 1)));
+      const uint64_t first = decoder.SegmentFirst(s), end = decoder.SegmentFirst(s + 1);
+      if (end <= c0 || first >= c1) continue;
+      const uint64_t from = std::max(c0, first) - first, to = std::min(c1, end) - first;  // the part's slots
+      apply_slots(s, from, std::min(to, part[p].slot_lo[s]));
+      apply_slots(s, std::max(from, part[p].slot_hi[s]), to);
     }
     part[p].applied_all = true;
   };
@@ -171,13 +178,9 @@ Status DecodeApplyOnTwoThreads(const BandedHeader& h, const PartDecoder& decoder
       const auto [c0, c1] = part_changes(p);
       ApplyPayloadSlots(decoder, segs, positions, apply, c0, c1);
     } else if (q.walked) {  // its filled slots within its bounds
-      for (size_t s = 0; s < nseg; ++s) {
-        const uint64_t from = std::max(decoder.FirstSlot(p, s), q.slot_lo[s]);
-        const uint64_t to = std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]);
-        if (from < to)
-          ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(),
-                         from, to);
-      }
+      for (size_t s = 0; s < nseg; ++s)
+        apply_slots(s, std::max(decoder.FirstSlot(p, s), q.slot_lo[s]),
+                    std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]));
     }
   }
   return error;
