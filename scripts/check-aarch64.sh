@@ -2,14 +2,12 @@
 # Cross-builds the codec, the state digest and their SIMD-heavy tests for aarch64 and runs them under qemu-user, so
 # that every Highway target of that platform (NEON, SVE, SVE2, ...) is checked against the scalar
 # models on an x86-64 machine. Installs the cross toolchain and arm64 libraries from Debian when
-# they are missing (needs root or sudo).
-# Usage: scripts/check-aarch64.sh [--install-only | --build-only | --run-only] [BUILD_DIR]
-#   --install-only: just the packages, e.g. in the background while something else builds;
-#   --build-only: install and build, run nothing; --run-only: run what an earlier --build-only built.
+# they are missing (needs root or sudo). Usage: scripts/check-aarch64.sh [--install-only] [BUILD_DIR]
+# (--install-only: just the packages, e.g. in the background while something else builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STAGE=all
-case ${1:-} in --install-only | --build-only | --run-only) STAGE=${1#--}; shift ;; esac
+INSTALL_ONLY=0
+if [[ ${1:-} == --install-only ]]; then INSTALL_ONLY=1; shift; fi
 OUT=${1:-build-aarch64}
 SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
 
@@ -21,7 +19,7 @@ if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libzstd-dev:arm64 libxxhash-dev:arm64 libgtest-dev:arm64
 fi
-[[ $STAGE == install-only ]] && exit 0
+[[ $INSTALL_ONLY == 1 ]] && exit 0
 
 mkdir -p "$OUT"
 CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"
@@ -34,20 +32,17 @@ SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd
 TESTS=(codec/simd_masks_test codec/band_walk_test codec/split_rice_test codec/scalar_targets_test codec/codec_band_hostile_test codec/codec_context_test codec/codec_test
        protocol/state_digest_test)
 # Parallel jobs; waiting on each by pid makes a failed one fail the script (set -e).
-if [[ $STAGE != run-only ]]; then
-  objects=() pids=()
-  for f in "${SOURCES[@]}"; do
-    objects+=("$OUT/$(basename "$f" .cc).o")
-    $CXX -c "$f" -o "${objects[-1]}" & pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  pids=()
-  for t in "${TESTS[@]}"; do
-    $CXX "src/$t.cc" "${objects[@]}" -o "$OUT/$(basename "$t")" -lhwy -lzstd -lxxhash -lgtest -lgtest_main -lpthread & pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-fi
-[[ $STAGE == build-only ]] && exit 0
+objects=() pids=()
+for f in "${SOURCES[@]}"; do
+  objects+=("$OUT/$(basename "$f" .cc).o")
+  $CXX -c "$f" -o "${objects[-1]}" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+pids=()
+for t in "${TESTS[@]}"; do
+  $CXX "src/$t.cc" "${objects[@]}" -o "$OUT/$(basename "$t")" -lhwy -lzstd -lxxhash -lgtest -lgtest_main -lpthread & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
 # QEMU_CPU=max emulates SVE2 as well as NEON, so every aarch64 target this build compiled runs.
 # Debian 12's qemu-user (7.2) hangs in pthread_create, so tests that start threads
 # (codec_context_threads_test) are left out here; what they test (two threads give one thread's

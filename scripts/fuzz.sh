@@ -2,14 +2,12 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) into build-fuzz/ and runs each for
 # DCR_FUZZ_SECONDS seconds (default 20). A crash fails the script and leaves its input in
 # build-fuzz/crashes/. Corpora persist in build-fuzz/corpus/ between runs.
-# Usage: scripts/fuzz.sh [--build-only]   (--build-only: build the targets, run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${DCR_FUZZ_SECONDS:-20}"
 bash scripts/install-deps.sh --fuzz
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DDCR_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build-fuzz payload_fuzz safetensors_fuzz location_fuzz
-[[ ${1:-} == --build-only ]] && exit 0
 mkdir -p build-fuzz/crashes
 for t in payload_fuzz safetensors_fuzz location_fuzz; do
   mkdir -p "build-fuzz/corpus/$t"
