@@ -382,7 +382,9 @@ TEST(PayloadRoundTrip, SegmentsOfManyTensorsShareOnePayloadAndEachAppliesExactly
 
 // Changes kept by the caller until Finish (read where they are) give the bytes of copied ones,
 // in plain and context mode, one and two threads, with kept, copied and AddDiff segments mixed
-// in one payload; the kept change sets are left as they were.
+// in one payload; the kept change sets are left as they were. The same with the values' counts
+// taken ahead (AddDiff's own, a tally handed over with AddValueTally, both), whether they cover
+// every value (the value coder counts nothing) or some (it counts them all).
 TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
   std::mt19937_64 rng(31);
   std::vector<CodecCase> cases;
@@ -394,19 +396,22 @@ TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
     DiffElements(SegmentBytes(cases[i].base, cases[i]), SegmentBytes(cases[i].next, cases[i]), DTypeWidth(cases[i].dtype),
                  cases[i].kind, &sets[i]);
   const std::vector<ChangeSet> before = sets;
-  // how[i]: 0 AddDiff, 1 copied, 2 kept.
+  // how[i]: 0 AddDiff, 1 copied, 2 kept, 3 kept with its values counted into a handed tally.
   auto encode = [&](EncodeOptions::Context context, int threads, const std::vector<int>& how) {
     EncodeOptions opt;
     opt.context = context;
     PayloadBuilder b(opt);
+    ValueTally handed;
+    if (std::count(how.begin(), how.end(), 3) > 0) b.AddValueTally(&handed);
     for (size_t i = 0; i < cases.size(); ++i) {
       const CodecCase& c = cases[i];
       const SegmentSpec spec = SpecFor(c, static_cast<uint32_t>(i));
+      if (how[i] == 3) handed.Add(sets[i].values, sets[i].width);
       if (how[i] == 0)
         b.AddDiff(spec, SegmentBytes(c.base, c), SegmentBytes(c.next, c));
       else
         b.AddChanges(spec, sets[i], SegmentBytes(c.base, c), {},
-                     how[i] == 2 ? PayloadBuilder::Changes::kKeptUntilFinish : PayloadBuilder::Changes::kCopied);
+                     how[i] == 1 ? PayloadBuilder::Changes::kCopied : PayloadBuilder::Changes::kKeptUntilFinish);
     }
     std::vector<uint8_t> out;
     b.Finish(kIdentity, &out, threads);
@@ -420,6 +425,10 @@ TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
       EXPECT_EQ(encode(context, threads, std::vector<int>(cases.size(), 2)), copied) << what << ": all kept";
       EXPECT_EQ(encode(context, threads, {2, 0, 1, 2, 2, 1, 0}), copied) << what << ": mixed";
       EXPECT_EQ(encode(context, threads, {0, 2, 2, 1, 0, 2, 1}), copied) << what << ": mixed";
+      EXPECT_EQ(encode(context, threads, std::vector<int>(cases.size(), 0)), copied) << what << ": all diffed";
+      EXPECT_EQ(encode(context, threads, std::vector<int>(cases.size(), 3)), copied) << what << ": all tallied";
+      EXPECT_EQ(encode(context, threads, {3, 0, 3, 3, 0, 0, 3}), copied) << what << ": tallied and diffed";
+      EXPECT_EQ(encode(context, threads, {3, 0, 2, 3, 0, 1, 3}), copied) << what << ": some tallied";
       DecodedPayload d;
       ASSERT_TRUE(DecodePayload(copied, &d, [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
                     return SegmentBytes(cases[s.tensor_index].base, cases[s.tensor_index]);

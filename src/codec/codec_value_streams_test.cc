@@ -135,6 +135,45 @@ TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCou
   EXPECT_EQ(back[0], three.bytes[0]);
 }
 
+// Values counted beforehand (ValueTally, as the diff's threads count them) code to the bytes the
+// encoder's own counts give: symbols, escapes and the form chosen, however the values were
+// grouped into tallies (whole runs, pieces of runs, one tally or three), on one thread and two.
+TEST(ValueStreams, TalliedValuesCodeToTheSameBytes) {
+  // Few escapes (symbol Huffman, one stream and four) and mostly escapes (byte planes).
+  Values many_escapes = MakeValues({{4, 3000}}, 9);
+  for (size_t i = 0; i < 3000; ++i) many_escapes.bytes[0][i * 4 + 3] |= 0x40;
+  const Values cases[] = {MakeValues({{2, 700}, {4, 200}}, 5), MakeValues({{2, 30000}, {1, 999}, {4, 5000}, {8, 3001}}, 6),
+                          many_escapes};
+  const ValueCodec want_codec[] = {ValueCodec::kHuffman, ValueCodec::kHuffmanStreams, ValueCodec::kPlanesZstd};
+  for (size_t c = 0; c < std::size(cases); ++c) {
+    const Values& v = cases[c];
+    std::vector<uint8_t> want;
+    ASSERT_EQ(EncodeValues(v.runs, 3, &want, 1, 1000), want_codec[c]) << c;
+    // Three tallies: the first run's first third, the rest of the runs but the last, the last;
+    // and all in one.
+    ValueTally split[3], whole;
+    const ValueRun& first = v.runs[0];
+    const uint64_t cut = first.count / 3 * first.width;
+    split[0].Add(first.bytes.subspan(0, cut), first.width);
+    split[1].Add(first.bytes.subspan(cut), first.width);
+    for (size_t k = 0; k < v.runs.size(); ++k) {
+      if (k > 0) (k + 1 == v.runs.size() ? split[2] : split[1]).Add(v.runs[k].bytes, v.runs[k].width);
+      whole.Add(v.runs[k].bytes, v.runs[k].width);
+    }
+    const ValueTally* const three[] = {&split[0], &split[1], &split[2]};
+    const ValueTally* const one[] = {&whole};
+    for (std::span<const ValueTally* const> tallies : {std::span<const ValueTally* const>(three), std::span<const ValueTally* const>(one)})
+      for (SecondPartWalker who : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn})
+        for (int threads : {1, 2}) {
+          SetSecondPartWalkerForTests(who);
+          std::vector<uint8_t> got;
+          EXPECT_EQ(EncodeValues(v.runs, 3, &got, threads, 1000, tallies), want_codec[c]);
+          EXPECT_EQ(got, want) << "case " << c << ", " << tallies.size() << " tallies, " << threads << " threads";
+        }
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+  }
+}
+
 // Two streams decode at a time (their lookups interleaved) where their runs' widths agree: codes
 // longer than the 10-bit lookup window, escapes and width changes at different points in the
 // two streams all give the values back, on one thread and on two.

@@ -55,6 +55,7 @@ uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_
   };
   DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
   if (changes_.size() > 0) {
+    value_tally_.Add(changes_.values, changes_.width);
     AddChanges(spec, changes_, base);
     if (count_ahead_) fit_counter_.CountPopulation({spec.dtype, base});
   }
@@ -168,6 +169,13 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
     r.bytes = std::span<const uint8_t>(val_raw_).subspan(value_at, r.count * r.width);
     value_at += r.count * r.width;
   }
+  // The values' counts where the tallies cover them all (else the value coder counts them).
+  if (value_tally_.values() > 0) handed_tallies_.push_back(&value_tally_);
+  uint64_t tallied = 0;
+  for (const ValueTally* t : handed_tallies_) tallied += t->values();
+  DCR_CHECK(tallied <= changed_);
+  const std::span<const ValueTally* const> tallies =
+      tallied == changed_ ? std::span<const ValueTally* const>(handed_tallies_) : std::span<const ValueTally* const>();
   CodecMode mode = CodecMode::kPlain;
   ValueCodec val_codec = ValueCodec::kPlanesRaw;
   size_t loc_at = 0, val_at = 0;
@@ -182,7 +190,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // Shared, the value section is two chained tasks: a thread done with its location work
   // takes the stages (each stream's counts and bits) the other has not.
   std::optional<ValueSectionEncoder> values;
-  if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min);
+  if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min, false, tallies);
   ClaimableTask values_second([&] { return values->Work(1), Status::Ok(); });
   ClaimableTask values_task([&] { return values->Work(0), Status::Ok(); });
   values_task.Then(&values_second);
@@ -192,15 +200,20 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // and fresh pages are what a payload's output costs most on a machine with slow page faults.
   out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + value_bytes_ + kValueSectionSlackBytes +
                kPayloadTrailerBytes);
-  loc_at = out->size();
-  loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
-  if (share_values) {
-    (void)values_task.RunIfUnclaimed();
+  auto store_locations = [&] {
+    loc_at = out->size();
+    loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
     val_at = out->size();
+  };
+  if (share_values) {
+    store_locations();
+    (void)values_task.RunIfUnclaimed();
     val_codec = values->Write(out);
   } else {
-    val_at = out->size();
-    val_codec = EncodeValues(runs_, options_.zstd_level, out, threads, options_.value_streams_min);
+    // A helper starts on the values (with their counts taken ahead, the choice of code) while
+    // this thread stores the location section.
+    val_codec = EncodeValues(runs_, options_.zstd_level, out, threads, options_.value_streams_min, tallies,
+                             store_locations);
   }
 
   uint8_t* h = out->data() + at;
@@ -227,6 +240,8 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   runs_.clear();
   value_bytes_ = 0;
   kept_positions_.clear();
+  value_tally_.Clear();
+  handed_tallies_.clear();
   context_segments_.clear();
   positions_.clear();
   position_ends_.clear();

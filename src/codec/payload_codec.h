@@ -128,6 +128,13 @@ class PayloadBuilder {
   uint64_t fit_stride() const { return fit_counter_.stride(); }
   void AddFitCounts(const FitCounts& counts) { fit_counts_.Add(counts); }
 
+  // The value section's symbol counts: AddDiff counts each segment's values right after diffing
+  // it; a caller that diffed segments itself may hand over the counts of the values it gives
+  // AddChanges (ValueTally, which must stay unchanged until Finish returns). Where the tallies
+  // cover every value, Finish does not read the values again to count them; otherwise it counts
+  // them all. The bytes are the same either way.
+  void AddValueTally(const ValueTally* tally) { handed_tallies_.push_back(tally); }
+
   size_t segments() const { return segments_; }
   uint64_t changed() const { return changed_; }
   // Appends the payload to `out` (at least one segment required) and resets the builder. With
@@ -155,6 +162,8 @@ class PayloadBuilder {
   std::vector<size_t> position_ends_;
   std::vector<std::span<const uint32_t>> kept_positions_;
   std::vector<uint8_t> context_raw_;
+  ValueTally value_tally_;                          // AddDiff's
+  std::vector<const ValueTally*> handed_tallies_;  // AddValueTally's
   bool count_ahead_ = false;  // CountFitAhead was called for this payload
   FitCounter fit_counter_{1};  // AddDiff's counts, when counting ahead
   FitCounts fit_counts_;       // counts handed over, and at Finish all of them

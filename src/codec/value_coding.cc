@@ -62,52 +62,43 @@ void FromBytePlanes(std::span<const uint8_t> planes, uint32_t width, std::span<u
     for (uint32_t b = 0; b < width; ++b) out[i * width + b] = planes[b * n + i];
 }
 
-namespace value_symbols {
+ValueTally::ValueTally()
+    : small4_(4 * value_symbols::kSmallSymbols), large_(kAlphabet) {}  // large_ below kSmallSymbols stay 0
 
-// The symbol counts of some runs (CountSymbols' histograms) and the runs' total bytes. Reused
-// per thread.
-struct SymbolCounts {
-  std::vector<uint64_t> small4 = std::vector<uint64_t>(4 * kSmallSymbols);
-  std::vector<uint64_t> large = std::vector<uint64_t>(kAlphabet);  // entries below kSmallSymbols stay 0
-  uint64_t raw_bytes = 0;
+void ValueTally::Clear() {
+  std::fill(small4_.begin(), small4_.end(), 0);
+  std::fill(large_.begin(), large_.end(), 0);
+  values_ = raw_bytes_ = escape_bytes_ = 0;
+}
 
-  void Clear() {
-    std::fill(small4.begin(), small4.end(), 0);
-    std::fill(large.begin(), large.end(), 0);
-    raw_bytes = 0;
-  }
-  // Counts `runs`, appending the bytes of their escaped values to `escaped` in order.
-  void Add(std::span<const ValueRun> runs, std::vector<uint8_t>* escaped) {
-    for (const ValueRun& r : runs) {
-      DCR_CHECK(r.bytes.size() == r.count * r.width);
-      raw_bytes += r.bytes.size();
-      CountSymbols(r.bytes.data(), r.count, r.width, small4.data(), large.data(), escaped);
-    }
-  }
-  void AddTo(std::vector<uint64_t>* freq) const {
-    for (uint32_t v = 0; v < kSmallSymbols; ++v)
-      (*freq)[v] += small4[v] + small4[kSmallSymbols + v] + small4[2 * kSmallSymbols + v] + small4[3 * kSmallSymbols + v];
-    for (uint32_t v = kSmallSymbols; v < kAlphabet; ++v) (*freq)[v] += large[v];
-  }
-};
+void ValueTally::Add(std::span<const uint8_t> values, uint32_t width) {
+  DCR_CHECK(width > 0 && values.size() % width == 0);
+  const uint64_t n = values.size() / width, escapes_before = large_[value_symbols::kEscape];
+  value_symbols::CountSymbols(values.data(), n, width, small4_.data(), large_.data());
+  values_ += n;
+  raw_bytes_ += values.size();
+  escape_bytes_ += (large_[value_symbols::kEscape] - escapes_before) * width;
+}
 
-}  // namespace value_symbols
+void ValueTally::AddTo(std::vector<uint64_t>* freq) const {
+  using value_symbols::kSmallSymbols;
+  for (uint32_t v = 0; v < kSmallSymbols; ++v)
+    (*freq)[v] += small4_[v] + small4_[kSmallSymbols + v] + small4_[2 * kSmallSymbols + v] + small4_[3 * kSmallSymbols + v];
+  for (uint32_t v = kSmallSymbols; v < kAlphabet; ++v) (*freq)[v] += large_[v];
+}
 
 namespace {
 
-using value_symbols::SymbolCounts;
-
-void PutRunSymbols(std::span<const ValueRun> runs, const HuffmanEncoder& code, BitWriter::Local& w) {
-  for (const ValueRun& r : runs) value_symbols::PutSymbols(r.bytes.data(), r.count, r.width, code, w);
-}
-
-// The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer (replaced).
-void StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::vector<uint8_t>* buffer) {
+// The symbols of `runs` as a bit stream zero-padded to a byte, in *buffer, and the bytes of
+// their escaped values, in *escaped (both replaced).
+void StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::vector<uint8_t>* buffer,
+              std::vector<uint8_t>* escaped) {
   buffer->clear();
+  escaped->clear();
   BitWriter w(*buffer);
   {
     BitWriter::Local symbols(w);
-    PutRunSymbols(runs, code, symbols);
+    for (const ValueRun& r : runs) value_symbols::PutSymbols(r.bytes.data(), r.count, r.width, code, symbols, escaped);
   }
   w.Flush();
 }
@@ -130,12 +121,12 @@ void CutRuns(std::span<const ValueRun> runs, uint64_t total, size_t parts, std::
 }  // namespace
 
 ValueSectionEncoder::ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min,
-                                         bool obey_walker_for_tests)
-    : runs_(runs), zstd_level_(zstd_level) {
+                                         bool obey_walker_for_tests, std::span<const ValueTally* const> tallies)
+    : runs_(runs), zstd_level_(zstd_level), tallies_(tallies.begin(), tallies.end()) {
   DCR_CHECK(streams_min >= 2);
   // This (calling) thread's buffers, also where a helper writes: they are reused from payload
   // to payload (the counts' histograms are 40 KiB, which fresh ones would fault in each time).
-  thread_local value_symbols::SymbolCounts counts[2];
+  thread_local ValueTally counts[2];
   thread_local std::vector<ValueRun> stream_runs[kValueStreamsWritten];
   thread_local std::vector<uint8_t> escaped[kValueStreamsWritten], stream_buffers[kValueStreamsWritten], packed;
   counts_ = counts, stream_runs_ = stream_runs, escaped_ = escaped, buffers_ = stream_buffers, packed_ = &packed;
@@ -146,6 +137,14 @@ ValueSectionEncoder::ValueSectionEncoder(std::span<const ValueRun> runs, int zst
   streams_ = total >= streams_min ? static_cast<size_t>(std::min<uint64_t>(kValueStreamsWritten, total)) : 1;
   CutRuns(runs, total, streams_, stream_runs_);
   if (obey_walker_for_tests) walker_ = GetSecondPartWalkerForTests();
+  if (!tallies_.empty()) {
+    uint64_t tallied = 0;
+    for (const ValueTally* t : tallies_) tallied += t->values();
+    DCR_CHECK(tallied == total);
+    counted_[0].store(true, std::memory_order_relaxed), counted_[1].store(true, std::memory_order_relaxed);
+  } else {
+    for (size_t h = 0; h < Shares(); ++h) tallies_.push_back(&counts_[h]);
+  }
 }
 
 bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t share, int first) {
@@ -160,12 +159,10 @@ void ValueSectionEncoder::Work(int first) {
   const size_t shares = Shares();
   auto streams_of = [&](size_t share) { return value_symbols::ShareStreams(streams_, static_cast<int>(share)); };
   for (size_t h : order)
-    if (h < shares && Takes(count_claim_[h], h, first)) {
+    if (h < shares && !counted_[h].load(std::memory_order_relaxed) && Takes(count_claim_[h], h, first)) {
       counts_[h].Clear();
-      for (auto [i, end] = streams_of(h); i < end; ++i) {
-        escaped_[i].clear();
-        counts_[h].Add(stream_runs_[i], &escaped_[i]);
-      }
+      for (auto [i, end] = streams_of(h); i < end; ++i)
+        for (const ValueRun& r : stream_runs_[i]) counts_[h].Add(r.bytes, r.width);
       counted_[h].store(true, std::memory_order_release);
     }
   YieldUntil([&] {
@@ -180,7 +177,7 @@ void ValueSectionEncoder::Work(int first) {
   for (size_t h : order)
     for (auto [i, end] = streams_of(h); h < shares && i < end; ++i)
       if (Takes(put_claim_[i], h, first)) {
-        StreamOf(stream_runs_[i], *code_, &buffers_[i]);
+        StreamOf(stream_runs_[i], *code_, &buffers_[i], &escaped_[i]);
         put_[i].store(true, std::memory_order_release);
       }
 }
@@ -189,8 +186,7 @@ void ValueSectionEncoder::Work(int first) {
 void ValueSectionEncoder::Choose() {
   std::vector<uint64_t> freq(kAlphabet, 0);
   uint64_t raw_bytes = 0, escape_bytes = 0;
-  for (size_t h = 0; h < Shares(); ++h) counts_[h].AddTo(&freq), raw_bytes += counts_[h].raw_bytes;
-  for (size_t i = 0; i < streams_; ++i) escape_bytes += escaped_[i].size();
+  for (const ValueTally* t : tallies_) t->AddTo(&freq), raw_bytes += t->raw_bytes_, escape_bytes += t->escape_bytes_;
   code_.emplace(freq);
   const uint64_t huffman_bytes = (code_->CostBits(freq) + 7) / 8 + escape_bytes + 64;
   // Few escapes: the symbol code is near the entropy and zstd is not worth running.
@@ -227,21 +223,27 @@ ValueCodec ValueSectionEncoder::Write(std::vector<uint8_t>* out) {
 }
 
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads,
-                        uint64_t streams_min) {
+                        uint64_t streams_min, std::span<const ValueTally* const> tallies,
+                        const std::function<void()>& first) {
   uint64_t total = 0;
   for (const ValueRun& r : runs) total += r.count;
   const bool two_threads = threads >= 2 && total >= std::max(kConcurrentValuesMin, streams_min);
-  ValueSectionEncoder e(runs, zstd_level, streams_min, /*obey_walker_for_tests=*/two_threads);
+  ValueSectionEncoder e(runs, zstd_level, streams_min, /*obey_walker_for_tests=*/two_threads, tallies);
   if (two_threads) {
-    // Each thread counts and writes one stream; each stage goes to whichever thread claims it
-    // first, so a late helper costs nothing.
+    // Each thread counts and writes one share of the streams; each stage goes to whichever thread
+    // claims it first, so a late helper costs nothing (and the helper chooses the code while this
+    // thread runs `first`).
     auto side = [&] { return e.Work(1), Status::Ok(); };
-    auto main = [&] { return e.Work(0), Status::Ok(); };
+    auto main = [&] {
+      if (first) first();
+      return e.Work(0), Status::Ok();
+    };
     if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
       (void)RunConcurrently(side, main);
     else
       (void)OfferToHelper(side, main);
   } else {
+    if (first) first();
     e.Work(0);
   }
   return e.Write(out);

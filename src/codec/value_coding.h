@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -39,20 +40,41 @@ inline constexpr uint64_t kValueStreamsMin = 16384;
 inline constexpr size_t kValueStreamsWritten = 4;
 inline constexpr uint32_t kMaxValueStreams = 8;
 
+// The symbol counts of some values, for the symbol Huffman forms: additive, so that values may be
+// counted where they are made (the thread that diffed a segment counts its values while they are
+// in its cache), and a value section encoder given the tallies of all its values does not read
+// them once more to count them. 40 KiB of counters: keep one per thread, reused.
+class ValueTally {
+ public:
+  ValueTally();
+  void Clear();
+  void Add(std::span<const uint8_t> values, uint32_t width);  // values.size() a multiple of width
+  uint64_t values() const { return values_; }
+
+ private:
+  friend class ValueSectionEncoder;
+  void AddTo(std::vector<uint64_t>* freq) const;  // freq: kHuffmanMaxSymbols counters
+  std::vector<uint64_t> small4_;  // value_symbols::CountSymbols' histograms
+  std::vector<uint64_t> large_;
+  uint64_t values_ = 0, raw_bytes_ = 0, escape_bytes_ = 0;
+};
+
 // Appends the stored form of `runs` to `out` and returns its codec. Deterministic: the same
-// bytes with any thread count. With threads >= 2 and at least kConcurrentValuesMin values (and
-// streams_min), a helper thread may count and write one share of the streams.
+// bytes with any thread count, and with or without `tallies`. With threads >= 2 and at least
+// kConcurrentValuesMin values (and streams_min), a helper thread may count and write one share of
+// the streams. `tallies`, if not empty, must hold the counts of exactly the runs' values (in any
+// grouping); their counting is then skipped. `first`, if given, runs on the calling thread before
+// anything is appended to `out` (e.g. appending the section before this one), while the helper
+// already works on the values.
 inline constexpr uint64_t kConcurrentValuesMin = kValueStreamsMin;
 ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vector<uint8_t>* out, int threads = 1,
-                        uint64_t streams_min = kValueStreamsMin);
-
-namespace value_symbols {
-struct SymbolCounts;  // value_coding.cc
-}
+                        uint64_t streams_min = kValueStreamsMin, std::span<const ValueTally* const> tallies = {},
+                        const std::function<void()>& first = {});
 
 // Codes a value section in stages that two threads may share: each share's symbol counts (one
 // stream, or from streams_min values kValueStreamsWritten in two shares: the first half of the
-// streams and the second), the choice of form and code, each stream's bits. Work(first) runs
+// streams and the second; none where `tallies` hold the values' counts, as for EncodeValues),
+// the choice of form and code, each stream's bits and escapes. Work(first) runs
 // every stage no thread has claimed yet, share `first`'s before the other's, and waits only for
 // stages another thread is running; Write, once Work has returned on some thread, appends the
 // section (waiting for stages another thread is still running). The bytes are the same however
@@ -63,7 +85,7 @@ struct SymbolCounts;  // value_coding.cc
 class ValueSectionEncoder {
  public:
   ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min = kValueStreamsMin,
-                      bool obey_walker_for_tests = false);
+                      bool obey_walker_for_tests = false, std::span<const ValueTally* const> tallies = {});
   void Work(int first);
   ValueCodec Write(std::vector<uint8_t>* out);
 
@@ -76,8 +98,11 @@ class ValueSectionEncoder {
   std::span<const ValueRun> runs_;
   int zstd_level_;
   size_t streams_ = 1;
-  value_symbols::SymbolCounts* counts_ = nullptr;  // [2]: per share
-  std::vector<ValueRun>* stream_runs_ = nullptr;   // [kValueStreamsWritten]: each stream's values
+  // The counts Choose folds: the caller's tallies, or else the count stage's, one per share
+  // (counts_, this thread's, reused).
+  std::vector<const ValueTally*> tallies_;
+  ValueTally* counts_ = nullptr;                  // [2]
+  std::vector<ValueRun>* stream_runs_ = nullptr;  // [kValueStreamsWritten]: each stream's values
   std::vector<uint8_t>* escaped_ = nullptr;        // [kValueStreamsWritten]: each stream's escaped values' bytes
   std::vector<uint8_t>* buffers_ = nullptr;        // [kValueStreamsWritten]: each stream's bits
   std::vector<uint8_t>* packed_ = nullptr;         // byte planes, when chosen

@@ -21,12 +21,10 @@ namespace {
 
 // CountSymbols of value_symbols.h, for values of type U.
 template <typename U>
-void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large, std::vector<uint8_t>* escaped) {
+void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large) {
   auto count = [&](uint64_t i, uint64_t* small) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    if (v >= kEscape) [[unlikely]]
-      escaped->insert(escaped->end(), p + i * sizeof(U), p + (i + 1) * sizeof(U));
     const uint64_t symbol = std::min<uint64_t>(v, kEscape);
     ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
   };
@@ -39,14 +37,21 @@ void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* lar
 
 // PutSymbols of value_symbols.h, for values of type U: three symbols per write.
 template <typename U>
-void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWriter::Local& w) {
+void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWriter::Local& w,
+                 std::vector<uint8_t>* escaped) {
   auto symbol = [&](uint64_t i) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
+    if (v >= kEscape) [[unlikely]]
+      escaped->insert(escaped->end(), p + i * sizeof(U), p + (i + 1) * sizeof(U));
     return static_cast<uint32_t>(std::min<uint64_t>(v, kEscape));
   };
   uint64_t i = 0;
-  for (; i + 3 <= n; i += 3) code.Put3(w, symbol(i), symbol(i + 1), symbol(i + 2));
+  for (; i + 3 <= n; i += 3) {
+    // In order: each may append an escape (a call's arguments are evaluated in no fixed order).
+    const uint32_t a = symbol(i), b = symbol(i + 1), c = symbol(i + 2);
+    code.Put3(w, a, b, c);
+  }
   for (; i < n; ++i) code.Put(w, symbol(i));
 }
 
@@ -265,22 +270,22 @@ void DecodeSymbolPairImpl(const HuffmanDecoder& code, SymbolLane* a, SymbolLane*
   }
 }
 
-void CountSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
-                      std::vector<uint8_t>* escaped) {
+void CountSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large) {
   switch (width) {
-    case 1: return CountSymbolsT<uint8_t>(p, n, small4, large, escaped);
-    case 2: return CountSymbolsT<uint16_t>(p, n, small4, large, escaped);
-    case 4: return CountSymbolsT<uint32_t>(p, n, small4, large, escaped);
-    default: return CountSymbolsT<uint64_t>(p, n, small4, large, escaped);
+    case 1: return CountSymbolsT<uint8_t>(p, n, small4, large);
+    case 2: return CountSymbolsT<uint16_t>(p, n, small4, large);
+    case 4: return CountSymbolsT<uint32_t>(p, n, small4, large);
+    default: return CountSymbolsT<uint64_t>(p, n, small4, large);
   }
 }
 
-void PutSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w) {
+void PutSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w,
+                    std::vector<uint8_t>* escaped) {
   switch (width) {
-    case 1: return PutSymbolsT<uint8_t>(p, n, code, w);
-    case 2: return PutSymbolsT<uint16_t>(p, n, code, w);
-    case 4: return PutSymbolsT<uint32_t>(p, n, code, w);
-    default: return PutSymbolsT<uint64_t>(p, n, code, w);
+    case 1: return PutSymbolsT<uint8_t>(p, n, code, w, escaped);
+    case 2: return PutSymbolsT<uint16_t>(p, n, code, w, escaped);
+    case 4: return PutSymbolsT<uint32_t>(p, n, code, w, escaped);
+    default: return PutSymbolsT<uint64_t>(p, n, code, w, escaped);
   }
 }
 
@@ -306,13 +311,13 @@ HWY_EXPORT(PutSymbolsImpl);
 HWY_EXPORT(DecodeSymbolsImpl);
 HWY_EXPORT(DecodeSymbolPairImpl);
 
-void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
-                  std::vector<uint8_t>* escaped) {
-  HWY_DYNAMIC_DISPATCH(CountSymbolsImpl)(p, n, width, small4, large, escaped);
+void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large) {
+  HWY_DYNAMIC_DISPATCH(CountSymbolsImpl)(p, n, width, small4, large);
 }
 
-void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w) {
-  HWY_DYNAMIC_DISPATCH(PutSymbolsImpl)(p, n, width, code, w);
+void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w,
+                std::vector<uint8_t>* escaped) {
+  HWY_DYNAMIC_DISPATCH(PutSymbolsImpl)(p, n, width, code, w, escaped);
 }
 
 Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,

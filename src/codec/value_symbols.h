@@ -45,12 +45,11 @@ inline constexpr uint32_t kSmallSymbols = 256;
 // The loops over values, compiled once per Highway target in value_symbols.cc (`width` 1, 2, 4 or
 // 8 bytes per value):
 // Adds the symbols of n values at p to the histograms (value i's small symbol to
-// small4[(i % 4) * kSmallSymbols + symbol], a larger one to large[symbol]), and appends the bytes
-// of escaped values to `escaped`.
-void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
-                  std::vector<uint8_t>* escaped);
-// Writes the symbols of n values at p.
-void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w);
+// small4[(i % 4) * kSmallSymbols + symbol], a larger one, kEscape included, to large[symbol]).
+void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large);
+// Writes the symbols of n values at p, and appends the bytes of escaped values to `escaped`.
+void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w,
+                std::vector<uint8_t>* escaped);
 // Decodes n values into dst: symbols below kEscape are the value, kEscape takes the next `width`
 // bytes of `escapes` from *e on. kCorrupt on invalid or truncated codes and misused escapes.
 Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,

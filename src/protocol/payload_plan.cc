@@ -94,6 +94,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   thread_local PayloadBuilder builder;
   thread_local std::vector<DiffedSegment> diffed_storage;
   thread_local std::vector<size_t> order_storage;
+  thread_local ValueTally value_tallies[2];
   std::vector<DiffedSegment>& diffed = diffed_storage;  // this thread's, also when the helper uses it
   std::vector<size_t>& order = order_storage;
   builder.set_options(encode);
@@ -161,9 +162,13 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
                      [&](size_t a, size_t b) { return segments[a].count > segments[b].count; });
     std::atomic<size_t> next_taken{0};
     FitCounts fit_counts[2];
+    // Each thread also counts the values' symbols of the segments it diffed, into its own tally
+    // (this thread's thread_locals, named here for the same reason as below).
+    ValueTally* tallies = value_tallies;
+    tallies[0].Clear(), tallies[1].Clear();
     // Read here: in code the helper runs, `builder` would name the helper's own thread_local.
     const uint64_t fit_stride = plain_only ? 1 : builder.fit_stride();
-    auto diff_some = [&](FitCounts* counts) {
+    auto diff_some = [&](FitCounts* counts, ValueTally* tally) {
       // Only payloads that may be coded in context mode fit bands: a plain-only one would zero,
       // fold and add ~12 KiB of counts per thread for nothing.
       std::optional<FitCounter> fit_counter;
@@ -186,6 +191,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
                      });
         d.locations.clear();
         if (d.changes.size() == 0) continue;
+        tally->Add(d.changes.values, d.changes.width);
         if (plain_only)
           EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
         else
@@ -194,8 +200,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       if (fit_counter) fit_counter->AddTo(counts);
       return Status::Ok();
     };
-    (void)RunConcurrently([&] { return diff_some(&fit_counts[0]); }, [&] { return diff_some(&fit_counts[1]); });
+    (void)RunConcurrently([&] { return diff_some(&fit_counts[0], &tallies[0]); },
+                          [&] { return diff_some(&fit_counts[1], &tallies[1]); });
     if (!plain_only) builder.AddFitCounts(fit_counts[0]), builder.AddFitCounts(fit_counts[1]);
+    builder.AddValueTally(&tallies[0]), builder.AddValueTally(&tallies[1]);
     for (size_t i = 0; i < segments.size(); ++i) {
       const PlannedSegment& seg = segments[i];
       const DiffedSegment& d = diffed[i];
