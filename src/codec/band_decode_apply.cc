@@ -15,15 +15,21 @@
 namespace dcr {
 namespace {
 
-// XORs the changes of payload-order slots [from, to) onto their elements: applies them, or
-// undoes them once applied.
+// XORs the changes in segment s's slots [from, to) onto their elements: applies them, or undoes
+// them once applied.
+void ApplySegmentSlots(std::span<const ContextSegment> segs, std::span<const std::span<uint32_t>> positions,
+                       const WalkApply& apply, size_t s, uint64_t from, uint64_t to) {
+  if (from < to)
+    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from, to);
+}
+
+// The same for payload-order slots [from, to), across segments.
 void ApplyPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegment> segs,
                        std::span<const std::span<uint32_t>> positions, const WalkApply& apply, uint64_t from, uint64_t to) {
   for (size_t s = 0; s < segs.size() && from < to; ++s) {
     const uint64_t first = decoder.SegmentFirst(s), end = decoder.SegmentFirst(s + 1);
     if (end <= from || first >= to) continue;
-    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(),
-                   std::max(from, first) - first, std::min(to, end) - first);
+    ApplySegmentSlots(segs, positions, apply, s, std::max(from, first) - first, std::min(to, end) - first);
   }
 }
 
@@ -51,12 +57,10 @@ Status DecodeApplyOnOneThread(const BandedHeader& h, const PartDecoder& decoder,
     // masks onto the same elements.
     if (walk_apply != nullptr)
       for (size_t q = 0; q <= p; ++q)
-        for (size_t s = 0; s < segs.size(); ++s)
-          if (applied[q][s] > 0) {
-            const uint64_t from = decoder.FirstSlot(q, s);
-            ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(),
-                           from, from + applied[q][s]);
-          }
+        for (size_t s = 0; s < segs.size(); ++s) {
+          const uint64_t from = decoder.FirstSlot(q, s);
+          ApplySegmentSlots(segs, positions, apply, s, from, from + applied[q][s]);
+        }
     return walked;
   }
   return ordinal_error;
@@ -92,12 +96,7 @@ Status DecodeApplyOnTwoThreads(const BandedHeader& h, const PartDecoder& decoder
   std::array<std::atomic<bool>, 2> share_done{};
   std::array<std::pair<uint64_t, uint64_t>, 2> share{};  // payload-order values of each share
   const std::thread::id caller = std::this_thread::get_id();
-  // XORs segment s's changes in slots [from, to) onto its elements.
-  auto apply_slots = [&](size_t s, uint64_t from, uint64_t to) {
-    if (from < to)
-      ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from,
-                     to);
-  };
+  auto apply_slots = [&](size_t s, uint64_t from, uint64_t to) { ApplySegmentSlots(segs, positions, apply, s, from, to); };
   // Applies what part p's walk did not: its changes outside its slot bounds, segment by segment.
   auto apply_rest = [&](size_t p) {
     const auto [c0, c1] = part_changes(p);
