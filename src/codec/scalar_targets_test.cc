@@ -3,6 +3,7 @@
 // write the same bytes and read the same results on every target, malformed input included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -179,6 +180,41 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
     });
     if (testing::Test::HasFailure()) return;
   }
+}
+
+// A tally's counts are each symbol's number of values (kHuffmanMaxSymbols - 1 and above: the
+// escape symbol) on every target, for every width, whatever the values' start and count: the
+// 2-byte values' vector path (the commonest masks by compares, the rest one by one) included.
+TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
+  std::mt19937_64 rng(17);
+  std::vector<uint8_t> bytes(8 * 5000 + 8);
+  for (size_t i = 0; i < bytes.size(); i += 2) {
+    // Mostly the masks 0x1..0xf, then small and large values, escapes and runs of one symbol.
+    const uint64_t pick = rng() % 100;
+    uint16_t v = pick < 80 ? static_cast<uint16_t>((2u << (rng() % 4)) - 1)
+                 : pick < 90 ? static_cast<uint16_t>(rng() % 4095) : pick < 95 ? static_cast<uint16_t>(4095 + rng() % 100)
+                                                                       : static_cast<uint16_t>(rng());
+    if (i / 2 % 700 < 40) v = 7;
+    std::memcpy(bytes.data() + i, &v, 2);
+  }
+  for (uint32_t width : {1u, 2u, 4u, 8u})
+    for (size_t offset : {size_t{0}, size_t{2}, size_t{6}})
+      for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{31}, uint64_t{64}, uint64_t{65}, uint64_t{4999}}) {
+        const std::span<const uint8_t> values(bytes.data() + offset, n * width);
+        std::vector<uint64_t> want(kHuffmanMaxSymbols, 0);
+        for (uint64_t i = 0; i < n; ++i) {
+          uint64_t v = 0;
+          std::memcpy(&v, values.data() + i * width, width);
+          ++want[std::min<uint64_t>(v, kHuffmanMaxSymbols - 1)];
+        }
+        ForEachSimdTarget([&](const std::string& target) {
+          ValueTally tally;
+          tally.Add(values, width);
+          EXPECT_EQ(tally.values(), n);
+          EXPECT_EQ(tally.Frequencies(), want)
+              << target << ", width " << width << ", offset " << offset << ", " << n << " values";
+        });
+      }
 }
 
 }  // namespace

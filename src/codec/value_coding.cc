@@ -80,6 +80,12 @@ void ValueTally::Add(std::span<const uint8_t> values, uint32_t width) {
   escape_bytes_ += (large_[value_symbols::kEscape] - escapes_before) * width;
 }
 
+std::vector<uint64_t> ValueTally::Frequencies() const {
+  std::vector<uint64_t> freq(kAlphabet, 0);
+  AddTo(&freq);
+  return freq;
+}
+
 void ValueTally::AddTo(std::vector<uint64_t>* freq) const {
   using value_symbols::kSmallSymbols;
   for (uint32_t v = 0; v < kSmallSymbols; ++v)

@@ -50,6 +50,8 @@ class ValueTally {
   void Clear();
   void Add(std::span<const uint8_t> values, uint32_t width);  // values.size() a multiple of width
   uint64_t values() const { return values_; }
+  // Each symbol's count (values from kHuffmanMaxSymbols - 1 on count as that escape symbol).
+  std::vector<uint64_t> Frequencies() const;
 
  private:
   friend class ValueSectionEncoder;

@@ -1,6 +1,7 @@
 // The loops over value symbols of value_symbols.h, compiled once per Highway target
 // (foreach_target.h) for the target's scalar instructions (on x86-64 the AVX2 and AVX-512 targets
-// have BMI1/BMI2: one-micro-op register-count shifts) and dispatched at run time.
+// have BMI1/BMI2: one-micro-op register-count shifts) and, for counting 2-byte values, its
+// vectors; dispatched at run time.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "codec/value_symbols.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -33,6 +34,42 @@ void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* lar
     count(i, small4), count(i + 1, small4 + kSmallSymbols), count(i + 2, small4 + 2 * kSmallSymbols),
         count(i + 3, small4 + 3 * kSmallSymbols);
   for (; i < n; ++i) count(i, small4 + (i & 3) * kSmallSymbols);
+}
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// CountSymbolsT<uint16_t>, a vector at a time: the four commonest symbols of BF16 and F16 XOR
+// masks (0x1, 0x3, 0x7, 0xf: one to four mantissa LSBs, ~90 % of a real payload's values) are
+// counted by compares, the others one by one. The histograms' increments were a chain through
+// memory wherever neighbouring values share a symbol (~3.6 cycles a value on Zen 5).
+void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large) {
+  const hn::ScalableTag<uint16_t> d;
+  const size_t lanes = hn::Lanes(d);
+  uint64_t i = 0;
+  if (lanes >= 8 && lanes <= 64) {
+    const auto s1 = hn::Set(d, 1), s3 = hn::Set(d, 3), s7 = hn::Set(d, 7), s15 = hn::Set(d, 15);
+    uint64_t c1 = 0, c3 = 0, c7 = 0, c15 = 0;
+    for (; i + lanes <= n; i += lanes) {
+      const uint8_t* at = p + i * 2;
+      const auto v = hn::LoadU(d, reinterpret_cast<const uint16_t*>(at));
+      const auto e1 = hn::Eq(v, s1), e3 = hn::Eq(v, s3), e7 = hn::Eq(v, s7), e15 = hn::Eq(v, s15);
+      c1 += hn::CountTrue(d, e1), c3 += hn::CountTrue(d, e3), c7 += hn::CountTrue(d, e7), c15 += hn::CountTrue(d, e15);
+      const auto rest = hn::Not(hn::Or(hn::Or(e1, e3), hn::Or(e7, e15)));
+      if (hn::AllFalse(d, rest)) continue;
+      uint8_t mask_bytes[8] = {};
+      hn::StoreMaskBits(d, rest, mask_bytes);
+      uint64_t bits;
+      std::memcpy(&bits, mask_bytes, 8);
+      for (; bits != 0; bits &= bits - 1) {
+        uint16_t v16;
+        std::memcpy(&v16, at + 2 * static_cast<size_t>(__builtin_ctzll(bits)), 2);
+        const uint64_t symbol = std::min<uint64_t>(v16, kEscape);
+        ++*(symbol < kSmallSymbols ? small4 + symbol : large + symbol);
+      }
+    }
+    small4[1] += c1, small4[3] += c3, small4[7] += c7, small4[15] += c15;
+  }
+  CountSymbolsT<uint16_t>(p + i * 2, n - i, small4, large);
 }
 
 // PutSymbols of value_symbols.h, for values of type U: three symbols per write.
@@ -273,7 +310,7 @@ void DecodeSymbolPairImpl(const HuffmanDecoder& code, SymbolLane* a, SymbolLane*
 void CountSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large) {
   switch (width) {
     case 1: return CountSymbolsT<uint8_t>(p, n, small4, large);
-    case 2: return CountSymbolsT<uint16_t>(p, n, small4, large);
+    case 2: return CountSymbols16(p, n, small4, large);
     case 4: return CountSymbolsT<uint32_t>(p, n, small4, large);
     default: return CountSymbolsT<uint64_t>(p, n, small4, large);
   }
