@@ -105,9 +105,9 @@ class ValueSectionEncoder {
   std::vector<const ValueTally*> tallies_;
   ValueTally* counts_ = nullptr;                  // [2]
   std::vector<ValueRun>* stream_runs_ = nullptr;  // [kValueStreamsWritten]: each stream's values
-  std::vector<uint8_t>* escaped_ = nullptr;        // [kValueStreamsWritten]: each stream's escaped values' bytes
-  std::vector<uint8_t>* buffers_ = nullptr;        // [kValueStreamsWritten]: each stream's bits
-  std::vector<uint8_t>* packed_ = nullptr;         // byte planes, when chosen
+  std::vector<uint8_t>* escaped_ = nullptr;       // [kValueStreamsWritten]: each stream's escaped values' bytes
+  std::vector<uint8_t>* buffers_ = nullptr;       // [kValueStreamsWritten]: each stream's bits
+  std::vector<uint8_t>* packed_ = nullptr;        // byte planes, when chosen
   ClaimOnce count_claim_[2], choose_claim_, put_claim_[kValueStreamsWritten];
   std::atomic<bool> counted_[2] = {false, false}, chosen_{false}, put_[kValueStreamsWritten] = {};
   std::optional<HuffmanEncoder> code_;  // empty: byte planes
