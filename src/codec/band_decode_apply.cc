@@ -35,10 +35,10 @@ void ApplyPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegmen
 
 // One thread: the value section, then every part's ordinals, then, only if all of those
 // succeeded, the parts' walks, applying.
-Status DecodeApplyOnOneThread(const BandedHeader& h, const PartDecoder& decoder, std::span<const ContextSegment> segs,
+Status DecodeApplyOnOneThread(const PartDecoder& decoder, std::span<const ContextSegment> segs,
                               std::span<const std::span<uint32_t>> positions, const WalkApply& apply,
                               uint64_t* ordinals) {
-  const size_t parts = h.parts;
+  const size_t parts = decoder.parts();
   std::array<PartOrdinals, kMaxBandParts> ord{};
   size_t first_bad = 0;  // the first part whose ordinals fail, or `parts`
   Status ordinal_error;
@@ -77,10 +77,10 @@ Status DecodeApplyOnOneThread(const BandedHeader& h, const PartDecoder& decoder,
 // failing part's); on any error every change applied is undone. Against decoding on two
 // threads and then applying on two, this saves the apply's second pass over the changes and
 // one hand-off (the 4.5 % real pair, one payload: 236 against 267 us, medians 245 against 288).
-Status DecodeApplyOnTwoThreads(const BandedHeader& h, const PartDecoder& decoder, std::span<const ContextSegment> segs,
+Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const ContextSegment> segs,
                                std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,
                                const WalkApply& apply, uint64_t* ordinals) {
-  const size_t parts = h.parts, nseg = segs.size();
+  const size_t parts = decoder.parts(), nseg = segs.size();
   const size_t half = (parts + 1) / 2;  // thread 0: parts [0, half), thread 1: [half, parts)
   const uint64_t total = decoder.SegmentFirst(nseg);
   auto part_changes = [&](size_t p) {
@@ -198,14 +198,14 @@ Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, 
   uint64_t* ordinals = ScratchWords(total_expected).data();
   if (header.ok() && threads >= 2 && (h.parts >= 2 || values.splits)) {
     const PartDecoder decoder(h, segs, total_elements, positions);
-    return DecodeApplyOnTwoThreads(h, decoder, segs, positions, values, apply, ordinals);
+    return DecodeApplyOnTwoThreads(decoder, segs, positions, values, apply, ordinals);
   }
   values.decode_share(0, false);
   values.decode_share(1, false);
   DCR_RETURN_IF_ERROR(values.result());  // the value section's errors come first
   DCR_RETURN_IF_ERROR(header);
   const PartDecoder decoder(h, segs, total_elements, positions);
-  return DecodeApplyOnOneThread(h, decoder, segs, positions, apply, ordinals);
+  return DecodeApplyOnOneThread(decoder, segs, positions, apply, ordinals);
 }
 
 }  // namespace dcr

@@ -42,6 +42,8 @@ class PartDecoder {
   PartDecoder(const BandedHeader& h, std::span<const ContextSegment> segs, uint64_t total_elements,
               std::span<const std::span<uint32_t>> positions);
 
+  size_t parts() const { return h_.parts; }
+
   // Decodes part p's ordinals into `ordinals` (room for the part's changes; the caller's, not
   // shared with another part) and sets (*ord)[b] to band b's.
   Status Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const;
