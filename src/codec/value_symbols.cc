@@ -20,14 +20,20 @@ namespace dcr::value_symbols {
 namespace HWY_NAMESPACE {
 namespace {
 
+// Counts value v's symbol: in `small` (one of the four small histograms) below kSmallSymbols,
+// else in `large` (values from kEscape on as kEscape).
+HWY_INLINE void CountValue(uint64_t v, uint64_t* small, uint64_t* large) {
+  const uint64_t symbol = std::min<uint64_t>(v, kEscape);
+  ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
+}
+
 // CountSymbols of value_symbols.h, for values of type U.
 template <typename U>
 void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large) {
   auto count = [&](uint64_t i, uint64_t* small) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    const uint64_t symbol = std::min<uint64_t>(v, kEscape);
-    ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
+    CountValue(v, small, large);
   };
   uint64_t i = 0;
   for (; i + 4 <= n; i += 4)
@@ -63,8 +69,7 @@ void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* la
       for (; bits != 0; bits &= bits - 1) {
         uint16_t v16;
         std::memcpy(&v16, at + 2 * static_cast<size_t>(__builtin_ctzll(bits)), 2);
-        const uint64_t symbol = std::min<uint64_t>(v16, kEscape);
-        ++*(symbol < kSmallSymbols ? small4 + symbol : large + symbol);
+        CountValue(v16, small4, large);
       }
     }
     small4[1] += c1, small4[3] += c3, small4[7] += c7, small4[15] += c15;
