@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <span>
@@ -14,19 +15,21 @@ namespace dcr {
 
 inline constexpr int kMaxContextRice = 30;
 
+// The sums of gap >> lo, gap >> (lo + 1) and gap >> (lo + 2) over `gaps` (lo + 2 < 64), each
+// modulo 2^64.
+std::array<uint64_t, 3> QuotientSums(std::span<const uint64_t> gaps, int lo);
+
 // The parameter for `gaps` (non-empty) of changes among `population` elements: near the optimum
 // for geometric gaps, then the exact best of three (the smallest on ties), costed in one pass.
 inline int BestRiceParameter(std::span<const uint64_t> gaps, uint64_t population) {
   const uint64_t mean = (population - gaps.size()) / gaps.size();
   const int est = mean == 0 ? 0 : std::bit_width(mean) - 1;
   const int lo = std::max(0, est - 1), hi = std::min(kMaxContextRice, est + 1);
-  uint64_t q0 = 0, q1 = 0, q2 = 0;  // sum of gap >> r for r = lo, lo + 1, lo + 2
-  for (uint64_t g : gaps) q0 += g >> lo, q1 += g >> (lo + 1), q2 += g >> (lo + 2);
-  const uint64_t quotients[3] = {q0, q1, q2};
+  const std::array<uint64_t, 3> quotients = QuotientSums(gaps, lo);  // for r = lo, lo + 1, lo + 2
   int rice = lo;
   uint64_t best = UINT64_MAX;
   for (int r = lo; r <= hi; ++r) {
-    const uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1) + quotients[r - lo];
+    const uint64_t bits = gaps.size() * static_cast<uint64_t>(r + 1) + quotients[static_cast<size_t>(r - lo)];
     if (bits < best) best = bits, rice = r;
   }
   return rice;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -120,6 +121,22 @@ TEST(ScalarTargets, RiceGapStreamsAreTheSameBytesAndReadAlikeOnEveryTarget) {
     });
     if (testing::Test::HasFailure()) return;
   }
+}
+
+TEST(ScalarTargets, QuotientSumsAreTheScalarSumsOnEveryTarget) {
+  std::mt19937_64 rng(4);
+  std::vector<uint64_t> gaps(1000);
+  for (auto& g : gaps) g = rng() >> (rng() % 64);  // every magnitude, sums that wrap
+  ForEachSimdTarget([&](const std::string& target) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{31}, size_t{1000}})
+      for (int lo : {0, 1, 5, 29, 61}) {
+        const std::span<const uint64_t> some = std::span<const uint64_t>(gaps).first(n);
+        std::array<uint64_t, 3> want{};
+        for (uint64_t g : some)
+          for (size_t j = 0; j < 3; ++j) want[j] += g >> (lo + static_cast<int>(j));
+        EXPECT_EQ(QuotientSums(some, lo), want) << target << ", " << n << " gaps, lo " << lo;
+      }
+  });
 }
 
 TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {

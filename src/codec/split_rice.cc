@@ -1,6 +1,6 @@
 // Split Rice streams (split_rice.h), compiled once per Highway target (foreach_target.h): the
-// decoder's 8-code steps on AVX-512 VBMI2 targets, a scalar loop elsewhere; the HWY_ONCE part
-// has the encoder and the dispatch.
+// decoder's 8-code steps on AVX-512 VBMI2 targets and the encoder's on AVX-512 targets, scalar
+// loops elsewhere; the HWY_ONCE part has the dispatch.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "codec/split_rice.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -189,6 +189,93 @@ SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::sp
   return {};
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Eight codes' remainders (r <= 7: at most 56 bits) as one field each, lane i shifted by i * r,
+// summed (the fields do not overlap), for one Put.
+HWY_INLINE uint64_t Fields8(const uint64_t* g, __m512i mask, __m512i shifts) {
+  const __m512i fields = _mm512_sllv_epi64(_mm512_and_si512(_mm512_loadu_si512(g), mask), shifts);
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(fields));
+}
+
+// Eight codes' quotients (each below 7: at most 56 bits) in unary, for one Put: code i's
+// terminator sits at the inclusive prefix sum of (q + 1) over codes 0..i, less one. Returns the
+// bits and sets *nbits; false (nothing set) if a quotient is 7 or more.
+HWY_INLINE bool Terminated8(const uint64_t* g, int r, uint64_t* bits, int* nbits) {
+  const __m512i quot = _mm512_srl_epi64(_mm512_loadu_si512(g), _mm_cvtsi32_si128(r));
+  if (_mm512_cmpge_epu64_mask(quot, _mm512_set1_epi64(7)) != 0) return false;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i end = _mm512_add_epi64(quot, _mm512_set1_epi64(1));  // inclusive prefix sums of q + 1
+  end = _mm512_add_epi64(end, _mm512_alignr_epi64(end, zero, 7));
+  end = _mm512_add_epi64(end, _mm512_alignr_epi64(end, zero, 6));
+  end = _mm512_add_epi64(end, _mm512_alignr_epi64(end, zero, 4));
+  const __m512i one = _mm512_set1_epi64(1);
+  *bits = static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_sllv_epi64(one, _mm512_sub_epi64(end, one))));
+  *nbits = static_cast<int>(_mm_extract_epi64(_mm512_extracti64x2_epi64(end, 3), 1));  // lane 7: the total
+  return true;
+}
+#endif
+
+// PutSplitRice of split_rice.h. The quotients go to a buffer of their own, written in the same
+// loop as the remainders (each writer's Put is a chain of dependent steps; two side by side
+// overlap), then appended after the remainders' last byte. On AVX-512 targets (unless `scalar`)
+// eight codes per write where they fit, else four. The real 4.5 % pair's 65 Ki codes, one
+// thread on a Zen 5: 79 us with four codes per write and one area after the other, 72 with the
+// two areas side by side, 47 with eight codes per write.
+void PutSplitRiceImpl(std::span<const RiceRun> runs, bool scalar, std::vector<uint8_t>* out) {
+  uint64_t codes = 0, remainder_bits = 0;
+  for (const RiceRun& run : runs)
+    codes += run.gaps.size(), remainder_bits += run.gaps.size() * static_cast<uint64_t>(run.r);
+  if (codes == 0) return;
+  thread_local std::vector<uint8_t> quotients;
+  quotients.clear();
+  BitWriter w(*out, static_cast<size_t>((remainder_bits + 7) / 8)), wq(quotients, static_cast<size_t>(codes / 4 + 64));
+  {
+    BitWriter::Local bits(w), qbits(wq);
+    for (const RiceRun& run : runs) {
+      const int r = run.r;
+      const uint64_t mask = (uint64_t{1} << r) - 1;
+      const uint64_t* g = run.gaps.data();
+      const size_t n = run.gaps.size();
+      size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+      if (!scalar) {
+        const __m512i shifts = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(r));
+        const __m512i field_mask = _mm512_set1_epi64(static_cast<int64_t>(mask));
+        for (; i + 8 <= n; i += 8) {
+          if (r > 0) {
+            if (r <= 7)
+              bits.Put(Fields8(g + i, field_mask, shifts), 8 * r);
+            else
+              bits.PutFields4(g[i] & mask, g[i + 1] & mask, g[i + 2] & mask, g[i + 3] & mask, r),
+                  bits.PutFields4(g[i + 4] & mask, g[i + 5] & mask, g[i + 6] & mask, g[i + 7] & mask, r);
+          }
+          uint64_t t;
+          int t_bits;
+          if (Terminated8(g + i, r, &t, &t_bits))
+            qbits.Put(t, t_bits);
+          else
+            qbits.PutTerminated4(g[i] >> r, g[i + 1] >> r, g[i + 2] >> r, g[i + 3] >> r),
+                qbits.PutTerminated4(g[i + 4] >> r, g[i + 5] >> r, g[i + 6] >> r, g[i + 7] >> r);
+        }
+      }
+#else
+      (void)scalar;
+#endif
+      for (; i + 4 <= n; i += 4) {
+        if (r > 0) bits.PutFields4(g[i] & mask, g[i + 1] & mask, g[i + 2] & mask, g[i + 3] & mask, r);
+        qbits.PutTerminated4(g[i] >> r, g[i + 1] >> r, g[i + 2] >> r, g[i + 3] >> r);
+      }
+      for (; i < n; ++i) {
+        if (r > 0) bits.Put(g[i] & mask, r);
+        qbits.PutTerminated(g[i] >> r);
+      }
+    }
+  }
+  w.Flush();  // the remainders, zero-padded to a byte
+  wq.Flush();
+  out->insert(out->end(), quotients.begin(), quotients.end());
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dcr
 HWY_AFTER_NAMESPACE();
@@ -197,6 +284,7 @@ HWY_AFTER_NAMESPACE();
 namespace dcr {
 
 HWY_EXPORT(GetSplitRiceOrdinalsImpl);
+HWY_EXPORT(PutSplitRiceImpl);
 
 namespace {
 std::atomic<bool> g_force_scalar{false};
@@ -205,34 +293,7 @@ std::atomic<bool> g_force_scalar{false};
 void ForceScalarSplitRice(bool scalar) { g_force_scalar.store(scalar); }
 
 void PutSplitRice(std::span<const RiceRun> runs, std::vector<uint8_t>* out) {
-  uint64_t codes = 0;
-  for (const RiceRun& run : runs) codes += run.gaps.size();
-  if (codes == 0) return;
-  BitWriter w(*out);
-  {  // four codes per write where they fit
-    BitWriter::Local bits(w);
-    for (const RiceRun& run : runs) {
-      if (run.r == 0) continue;
-      const int r = run.r;
-      const uint64_t mask = (uint64_t{1} << r) - 1;
-      const uint64_t* g = run.gaps.data();
-      size_t i = 0;
-      for (; i + 4 <= run.gaps.size(); i += 4) bits.PutFields4(g[i] & mask, g[i + 1] & mask, g[i + 2] & mask, g[i + 3] & mask, r);
-      for (; i < run.gaps.size(); ++i) bits.Put(g[i] & mask, r);
-    }
-  }
-  w.AlignToByte();
-  {
-    BitWriter::Local bits(w);
-    for (const RiceRun& run : runs) {
-      const int r = run.r;
-      const uint64_t* g = run.gaps.data();
-      size_t i = 0;
-      for (; i + 4 <= run.gaps.size(); i += 4) bits.PutTerminated4(g[i] >> r, g[i + 1] >> r, g[i + 2] >> r, g[i + 3] >> r);
-      for (; i < run.gaps.size(); ++i) bits.PutTerminated(g[i] >> r);
-    }
-  }
-  w.Flush();
+  HWY_DYNAMIC_DISPATCH(PutSplitRiceImpl)(runs, g_force_scalar.load(std::memory_order_relaxed), out);
 }
 
 std::string SplitRiceError::Message() const {

@@ -48,7 +48,7 @@ SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<c
                                     std::span<const uint8_t> rice, uint64_t limit, uint64_t* out,
                                     size_t* consumed = nullptr);
 
-// For tests: decode with the scalar loop even where the SIMD one runs, or not.
+// For tests: encode and decode with the scalar loops even where the SIMD ones run, or not.
 void ForceScalarSplitRice(bool scalar);
 
 }  // namespace dcr
