@@ -32,6 +32,21 @@ class HuffmanEncoder {
     const int la = static_cast<int>(ea >> 16), lb = static_cast<int>(eb >> 16), lc = static_cast<int>(ec >> 16);
     w.Put(uint64_t{ea & 0xffff} | uint64_t{eb & 0xffff} << la | uint64_t{ec & 0xffff} << (la + lb), la + lb + lc);
   }
+  // Put3(a, b, c) then Put3(d, e, f), in one write where the six codes total at most 56 bits (the
+  // common short codes), which halves the chain of dependent writes.
+  void Put6(BitWriter::Local& w, uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t e, uint32_t f) const {
+    const uint32_t ea = packed_[a], eb = packed_[b], ec = packed_[c];
+    const uint32_t ed = packed_[d], ee = packed_[e], ef = packed_[f];
+    const int la = static_cast<int>(ea >> 16), lb = static_cast<int>(eb >> 16), lc = static_cast<int>(ec >> 16);
+    const int ld = static_cast<int>(ed >> 16), le = static_cast<int>(ee >> 16), lf = static_cast<int>(ef >> 16);
+    const uint64_t lo = uint64_t{ea & 0xffff} | uint64_t{eb & 0xffff} << la | uint64_t{ec & 0xffff} << (la + lb);
+    const uint64_t hi = uint64_t{ed & 0xffff} | uint64_t{ee & 0xffff} << ld | uint64_t{ef & 0xffff} << (ld + le);
+    const int lo_bits = la + lb + lc, hi_bits = ld + le + lf;
+    if (lo_bits + hi_bits <= 56) [[likely]]
+      return w.Put(lo | hi << lo_bits, lo_bits + hi_bits);
+    w.Put(lo, lo_bits);
+    w.Put(hi, hi_bits);
+  }
   // Total size in bits of coding the given frequencies (table excluded).
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 

@@ -217,6 +217,43 @@ TEST(Huffman, EveryLengthFrom1To15RoundTripsAtEveryBitAlignment) {
   ExpectDecodes(c, symbols);
 }
 
+// Put3 and Put6 write the bits of three and six Puts, six codes short enough for one write or
+// not (lengths 1 to 15), from every bit alignment.
+TEST(Huffman, SeveralSymbolsPerWriteAreTheBitsOfOnePerWrite) {
+  std::vector<uint64_t> freq(kHuffmanMaxSymbols, 0);
+  for (int i = 0; i < 15; ++i) freq[100 + i] = 1ull << (14 - i);  // lengths 1, 2, ..., 15
+  freq[4095] = 1;
+  HuffmanEncoder enc(freq);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint32_t s[7];
+    for (uint32_t& x : s) x = 100 + static_cast<uint32_t>(trial < 1000 ? rng() % 4 : rng() % 15);
+    auto written = [](auto&& puts) {
+      std::vector<uint8_t> out;
+      BitWriter w(out);
+      {
+        BitWriter::Local bits(w);
+        puts(bits);
+      }
+      w.Flush();
+      return out;
+    };
+    const std::vector<uint8_t> one = written([&](BitWriter::Local& bits) {
+      for (uint32_t x : s) enc.Put(bits, x);
+    });
+    const std::vector<uint8_t> many = written([&](BitWriter::Local& bits) {
+      enc.Put(bits, s[0]);  // the next writes start at another bit
+      if (trial % 2 == 0) {
+        enc.Put6(bits, s[1], s[2], s[3], s[4], s[5], s[6]);
+      } else {
+        enc.Put3(bits, s[1], s[2], s[3]);
+        enc.Put3(bits, s[4], s[5], s[6]);
+      }
+    });
+    ASSERT_EQ(many, one) << "trial " << trial;
+  }
+}
+
 // The multi-symbol entry of window w (kFastBits = 10 bits), code by code through Get: codes
 // read from w's low bits on while each fits in the 10 bits with those before it, decodes, and is
 // below `stop`, at most kMultiSymbols of them.

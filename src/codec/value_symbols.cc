@@ -77,7 +77,7 @@ void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* la
   CountSymbolsT<uint16_t>(p + i * 2, n - i, small4, large);
 }
 
-// PutSymbols of value_symbols.h, for values of type U: three symbols per write.
+// PutSymbols of value_symbols.h, for values of type U: six or three symbols per write.
 template <typename U>
 void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWriter::Local& w,
                  std::vector<uint8_t>* escaped) {
@@ -89,8 +89,13 @@ void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWr
     return static_cast<uint32_t>(std::min<uint64_t>(v, kEscape));
   };
   uint64_t i = 0;
-  for (; i + 3 <= n; i += 3) {
+  for (; i + 6 <= n; i += 6) {
     // In order: each may append an escape (a call's arguments are evaluated in no fixed order).
+    const uint32_t a = symbol(i), b = symbol(i + 1), c = symbol(i + 2);
+    const uint32_t d = symbol(i + 3), e = symbol(i + 4), f = symbol(i + 5);
+    code.Put6(w, a, b, c, d, e, f);
+  }
+  for (; i + 3 <= n; i += 3) {
     const uint32_t a = symbol(i), b = symbol(i + 1), c = symbol(i + 2);
     code.Put3(w, a, b, c);
   }
