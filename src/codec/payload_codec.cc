@@ -158,6 +158,24 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
   return CodecMode::kPlain;
 }
 
+void PayloadBuilder::Reset() {
+  table_.clear();
+  loc_raw_.clear();
+  val_raw_.clear();
+  runs_.clear();
+  value_bytes_ = 0;
+  kept_positions_.clear();
+  value_tally_.Clear();
+  handed_tallies_.clear();
+  context_segments_.clear();
+  positions_.clear();
+  position_ends_.clear();
+  segments_ = 0;
+  changed_ = 0;
+  count_ahead_ = false;
+  fit_counts_ = FitCounts{};
+}
+
 void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out, int threads) {
   DCR_CHECK(segments_ > 0);
   const size_t at = out->size();
@@ -234,21 +252,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   StoreLe(h + kOffValStored, out->size() - val_at, 8);
   PutLe(*out, XXH3_64bits(out->data() + at, out->size() - at), 8);
 
-  table_.clear();
-  loc_raw_.clear();
-  val_raw_.clear();
-  runs_.clear();
-  value_bytes_ = 0;
-  kept_positions_.clear();
-  value_tally_.Clear();
-  handed_tallies_.clear();
-  context_segments_.clear();
-  positions_.clear();
-  position_ends_.clear();
-  segments_ = 0;
-  changed_ = 0;
-  count_ahead_ = false;
-  fit_counts_ = FitCounts{};
+  Reset();
 }
 
 Result<PayloadIdentity> PeekPayloadIdentity(std::span<const uint8_t> p) {

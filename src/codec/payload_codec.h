@@ -143,6 +143,9 @@ class PayloadBuilder {
   // kConcurrentSectionsMinChanges changes, code the value section meanwhile; the bytes are the
   // same.
   void Finish(const PayloadIdentity& identity, std::vector<uint8_t>* out, int threads = 1);
+  // Drops everything added since the last Finish (or Reset), keeping the buffers: for a builder
+  // reused after a payload that was not finished (nothing in it changed, or it was abandoned).
+  void Reset();
 
  private:
   // With threads >= 2, EncodeBandedLocations's helper may run `also` (the value section).

@@ -66,6 +66,7 @@ ValueTally::ValueTally()
     : small4_(4 * value_symbols::kSmallSymbols), large_(kAlphabet) {}  // large_ below kSmallSymbols stay 0
 
 void ValueTally::Clear() {
+  if (values_ == 0) return;  // nothing counted since the last Clear: the counters are zero
   std::fill(small4_.begin(), small4_.end(), 0);
   std::fill(large_.begin(), large_.end(), 0);
   values_ = raw_bytes_ = escape_bytes_ = 0;

@@ -97,6 +97,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   thread_local ValueTally value_tallies[2];
   std::vector<DiffedSegment>& diffed = diffed_storage;  // this thread's, also when the helper uses it
   std::vector<size_t>& order = order_storage;
+  builder.Reset();  // a payload before on this thread with nothing changed was not finished
   builder.set_options(encode);
   const bool plain_only = encode.context == EncodeOptions::Context::kNever;
   if (!plain_only) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -362,6 +363,51 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
     }
     EXPECT_EQ(files[0], files[1]) << "context " << static_cast<int>(context);
   }
+}
+
+// A thread's payload builder is reused from payload to payload (EncodePlannedPayload): a payload
+// with nothing changed must leave nothing behind for the next one on its thread. (It left the
+// value tallies of its two diff threads registered, and the next two-thread payload counted
+// them twice: a failed check, which ended `dcr bench codec` on a pair of equal files followed
+// by another pair.)
+TEST(PayloadEncode, AnUnchangedPayloadLeavesNothingBehindOnItsThread) {
+  using Context = EncodeOptions::Context;
+  std::mt19937_64 rng(78);
+  Tensors base;
+  base.Add("a.weight", DType::kBF16, {600, 1000}, rng);
+  base.Add("b.weight", DType::kBF16, {500, 1000}, rng);
+  Tensors next = base;
+  for (size_t t = 0; t < next.list.size(); ++t)
+    for (size_t i = 0; i < next.storage[t].size() / 2; ++i)
+      if (rng() % 100 < 4) Put(next.storage[t], i, 2, Get(next.storage[t], i, 2) ^ (1 + rng() % 7));
+  TempDir dir{"dcr_protocol_test_"};
+  ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
+  ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
+  const Checkpoint base_file = OpenOrDie(dir / "base.safetensors"), next_file = OpenOrDie(dir / "next.safetensors");
+  const std::vector<TensorRef>& b = base_file.tensors();
+  const std::vector<TensorRef>& n = next_file.tensors();
+  const PayloadPlan plan = PlanPayloads(b, uint64_t{1} << 30);
+  ASSERT_EQ(plan.size(), 1u);
+  ASSERT_GE(uint64_t{1100000}, kConcurrentDiffMinElements);
+  for (Context context : {Context::kNever, Context::kWhenSmaller})
+    for (int threads : {1, 2}) {
+      EncodeOptions options;
+      options.context = context;
+      const std::string what = "context " + std::to_string(static_cast<int>(context)) + ", " +
+                               std::to_string(threads) + " threads";
+      EncodedPayload want, unchanged, got;
+      std::thread([&] { EncodePlannedPayload(plan[0], b, n, ValueKind::kXor, options, {1, 0, 0}, &want, threads); })
+          .join();
+      ASSERT_FALSE(want.bytes.empty()) << what;
+      std::thread([&] {  // a fresh thread: its builder's first payload changes nothing
+        EncodePlannedPayload(plan[0], b, b, ValueKind::kXor, options, {1, 0, 0}, &unchanged, threads);
+        EncodePlannedPayload(plan[0], b, n, ValueKind::kXor, options, {1, 0, 0}, &got, threads);
+      }).join();
+      EXPECT_EQ(unchanged.changed, 0u) << what;
+      EXPECT_TRUE(unchanged.bytes.empty()) << what;
+      EXPECT_EQ(got.changed, want.changed) << what;
+      EXPECT_EQ(got.bytes, want.bytes) << what;
+    }
 }
 
 TEST(DeltaRoundTrip, SmallChunksSplitTensorsIntoManyPayloadsAndStillApplyExactly) {
