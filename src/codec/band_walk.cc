@@ -145,7 +145,8 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
     for (uint64_t tile = s == part.from_seg ? part.from_elem : 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
       LoadTileRows(segs[s], classes, tile, tn, &rows);
-      if (pos != end && *pos < tile + tn) pos = EncodeTileAnyWidth(segs[s], f, w, tile, rows, k, &tb, band_of, pos, end, &cur);
+      if (pos != end && *pos < tile + tn)
+        pos = EncodeTileAnyWidth(segs[s], f, w, tile, rows, k, &tb, band_of, pos, end, &cur);
       for (size_t b = 0; b < k; ++b) cur.run[b] += static_cast<uint64_t>(rows.BandBefore(b, rows.words));
     }
   }
