@@ -1,5 +1,6 @@
 // Split Rice streams (payload codec mode 4, docs/format.md §2.9): the Rice codes of one part's
-// bands with each code's r low bits in a first area and its quotient, in unary, in a second.
+// bands (or of one plain location block, method 3 of §2.2) with each code's r low bits in a
+// first area and its quotient, in unary, in a second.
 // The bits are those of the interleaved codes (§2.7), rearranged: the remainders are fixed-width
 // fields and the quotients' terminators are set bits, so a decoder finds every code without
 // reading the one before it. On x86-64 with AVX-512 VBMI2 it decodes 8 codes per step (a byte
