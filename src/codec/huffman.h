@@ -47,6 +47,8 @@ class HuffmanEncoder {
     w.Put(lo, lo_bits);
     w.Put(hi, hi_bits);
   }
+  // Symbol s's code as Put writes it: its length << 16 | its bits (0: s has no code).
+  uint32_t Entry(uint32_t symbol) const { return packed_[symbol]; }
   // Total size in bits of coding the given frequencies (table excluded).
   uint64_t CostBits(std::span<const uint64_t> freq) const;
 

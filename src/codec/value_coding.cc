@@ -103,10 +103,8 @@ void StreamOf(std::span<const ValueRun> runs, const HuffmanEncoder& code, std::v
   buffer->clear();
   escaped->clear();
   BitWriter w(*buffer);
-  {
-    BitWriter::Local symbols(w);
-    for (const ValueRun& r : runs) value_symbols::PutSymbols(r.bytes.data(), r.count, r.width, code, symbols, escaped);
-  }
+  const value_symbols::SmallSymbolCodes small(code);
+  for (const ValueRun& r : runs) value_symbols::PutSymbols(r.bytes.data(), r.count, r.width, code, small, w, escaped);
   w.Flush();
 }
 

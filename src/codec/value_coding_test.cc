@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "codec/huffman.h"
 #include "codec/huffman_table_test_support.h"
 #include "codec/value_coding.h"
+#include "codec/value_symbols.h"
 
 namespace dcr {
 namespace {
@@ -382,6 +384,67 @@ TEST(ValueCoding, EveryTruncationOfAHuffmanFormIsCorruptAndFlipsNeverBreakTheBou
         ASSERT_EQ(s.code(), StatusCode::kCorrupt);
       }
     }
+}
+
+}  // namespace
+}  // namespace dcr
+
+namespace dcr {
+namespace {
+
+// PutSymbols' vector loop for 2-byte values (eight codes per write from byte tables, where the
+// target has it) writes the bits and escapes of its scalar loop: for groups of eight below 128,
+// groups whose codes pass 56 bits, groups holding a larger value or an escape, runs that end
+// mid-group and values at odd addresses.
+TEST(ValueCoding, VectorAndScalarSymbolWritersWriteTheSameBits) {
+  // Frequencies halving from symbol 0 on, then a flat tail: codes from 1 bit to 12 and more.
+  std::vector<uint64_t> freq(value_symbols::kAlphabet, 0);
+  for (uint32_t s = 0; s < 40; ++s) freq[s] = uint64_t{1} << (14 - std::min(s, 14u));
+  freq[200] = freq[1000] = freq[value_symbols::kEscape] = 1 << 10;
+  const HuffmanEncoder code(freq);
+  const value_symbols::SmallSymbolCodes small(code);
+  std::mt19937_64 rng(23);
+  std::vector<uint16_t> values;
+  for (int group = 0; group < 4000; ++group) {
+    const uint64_t kind = rng() % 8;
+    const uint64_t long_codes = kind == 0 ? 2 + rng() % 7 : 0;  // of 15 bits: groups of 30 to 120 bits and more
+    for (int i = 0; i < 8; ++i) {
+      uint16_t v = static_cast<uint16_t>(std::min<uint64_t>(std::countr_one(rng()), 39));  // mostly short codes
+      if (static_cast<uint64_t>(i) < long_codes) v = static_cast<uint16_t>(25 + rng() % 15);
+      if (kind == 1 && i == 3) v = rng() % 2 ? 200 : 1000;
+      if (kind == 2 && i == 5) v = static_cast<uint16_t>(value_symbols::kEscape + rng() % 100);
+      values.push_back(v);
+    }
+  }
+  // The cases the vector loop hands back: eight values below 128 whose codes total over 56 bits
+  // (up to 64 they would still fit one register).
+  int long_groups = 0, barely_long_groups = 0;
+  for (size_t g = 0; g + 8 <= values.size(); g += 8) {
+    int bits = 0;
+    bool small_values = true;
+    for (size_t i = g; i < g + 8; ++i) bits += static_cast<int>(code.Entry(std::min<uint32_t>(values[i], value_symbols::kEscape)) >> 16), small_values &= values[i] < 128;
+    long_groups += small_values && bits > 64, barely_long_groups += small_values && bits > 56 && bits <= 64;
+  }
+  ASSERT_GT(long_groups, 100);
+  ASSERT_GT(barely_long_groups, 20);
+  std::vector<uint8_t> bytes(values.size() * 2 + 1);
+  for (size_t skew : {0, 1}) {
+    std::memcpy(bytes.data() + skew, values.data(), values.size() * 2);
+    for (uint64_t n : {uint64_t{0}, uint64_t{5}, uint64_t{8}, uint64_t{61}, uint64_t{values.size()}}) {
+      std::vector<uint8_t> bits[2], escaped[2];
+      for (int scalar = 0; scalar < 2; ++scalar) {
+        value_symbols::ForceScalarPutSymbols(scalar == 1);
+        bits[scalar] = {0x5a};  // appending after other bytes
+        BitWriter w(bits[scalar]);
+        value_symbols::PutSymbols(bytes.data() + skew, n, 2, code, small, w, &escaped[scalar]);
+        w.Flush();
+      }
+      value_symbols::ForceScalarPutSymbols(false);
+      const std::string what = "skew " + std::to_string(skew) + ", " + std::to_string(n) + " values";
+      EXPECT_EQ(bits[0], bits[1]) << what;
+      EXPECT_EQ(escaped[0], escaped[1]) << what;
+    }
+  }
 }
 
 }  // namespace

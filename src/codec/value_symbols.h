@@ -47,9 +47,22 @@ inline constexpr uint32_t kSmallSymbols = 256;
 // Adds the symbols of n values at p to the histograms (value i's small symbol to
 // small4[(i % 4) * kSmallSymbols + symbol], a larger one, kEscape included, to large[symbol]).
 void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large);
-// Writes the symbols of n values at p, and appends the bytes of escaped values to `escaped`.
-void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, BitWriter::Local& w,
-                std::vector<uint8_t>* escaped);
+// The codes of symbols below kSymbols (nearly all of a BF16 payload's values), as byte tables of
+// 128 entries that vector byte permutes look up: each code's length and the low and high bytes
+// of its bits. Built once per code and stream, not per run: a payload's runs can be short.
+struct SmallSymbolCodes {
+  static constexpr uint32_t kSymbols = 128;
+  explicit SmallSymbolCodes(const HuffmanEncoder& code);
+  alignas(64) uint8_t length[kSymbols];
+  alignas(64) uint8_t low[kSymbols];
+  alignas(64) uint8_t high[kSymbols];
+};
+// Writes the symbols of n values at p with `code` (`small`: its SmallSymbolCodes), and appends
+// the bytes of escaped values to `escaped`.
+void PutSymbols(const uint8_t* p, uint64_t n, uint32_t width, const HuffmanEncoder& code, const SmallSymbolCodes& small,
+                BitWriter& w, std::vector<uint8_t>* escaped);
+// For tests: PutSymbols with its scalar loops even where the vector one runs, or not.
+void ForceScalarPutSymbols(bool scalar);
 // Decodes n values into dst: symbols below kEscape are the value, kEscape takes the next `width`
 // bytes of `escapes` from *e on. kCorrupt on invalid or truncated codes and misused escapes.
 Status DecodeSymbols(const HuffmanDecoder& code, BitReader& bits, std::span<const uint8_t> escapes, size_t* e, uint64_t n,
