@@ -1,6 +1,5 @@
 #include "codec/payload_codec.h"
 
-#include <xxhash.h>
 #include <zstd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include "codec/band_walk.h"
 #include "codec/bit_stream.h"
 #include "codec/context_coding.h"
+#include "codec/payload_checksum.h"
 #include "codec/section_coding.h"
 #include "codec/value_coding.h"
 
@@ -250,7 +250,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   StoreLe(h + kOffLocStored, val_at - loc_at, 8);
   StoreLe(h + kOffValRaw, value_bytes_, 8);
   StoreLe(h + kOffValStored, out->size() - val_at, 8);
-  PutLe(*out, XXH3_64bits(out->data() + at, out->size() - at), 8);
+  PutLe(*out, PayloadChecksum(std::span<const uint8_t>(*out).subspan(at)), 8);
 
   Reset();
 }
@@ -267,7 +267,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
     return Corrupt("payload of " + std::to_string(p.size()) + " bytes is shorter than its header");
   const uint8_t* h = p.data();
   if (LoadLe(h + kOffMagic, 4) != kPayloadMagic) return Corrupt("payload magic mismatch");
-  if (XXH3_64bits(p.data(), p.size() - 8) != LoadLe(p.data() + p.size() - 8, 8)) return Corrupt("payload checksum mismatch");
+  if (PayloadChecksum(p.first(p.size() - 8)) != LoadLe(p.data() + p.size() - 8, 8)) return Corrupt("payload checksum mismatch");
   const uint64_t version = LoadLe(h + kOffVersion, 2);
   if (version != kPayloadFormatVersion)
     return Unsupported("payload format version " + std::to_string(version) + " (this build reads " +

@@ -2,6 +2,7 @@
 // rice_gaps.cc, value_symbols.cc: BMI1/BMI2 on x86-64 AVX2 and later, baseline code below) must
 // write the same bytes and read the same results on every target, malformed input included.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
@@ -12,6 +13,7 @@
 
 #include "codec/bit_stream.h"
 #include "codec/location_coding.h"
+#include "codec/payload_checksum.h"
 #include "codec/rice_gaps.h"
 #include "codec/simd_masks.h"
 #include "codec/value_coding.h"
@@ -232,6 +234,33 @@ TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
               << target << ", width " << width << ", offset " << offset << ", " << n << " values";
         });
       }
+}
+
+}  // namespace
+}  // namespace dcr
+
+namespace dcr {
+namespace {
+
+// The payload checksum is libxxhash's XXH3_64bits whichever build of it runs (the AVX2 one where
+// the CPU has AVX2): every length from 0 to past xxh3's 1 KiB stripes' block, at every alignment,
+// and a payload-sized buffer.
+TEST(ScalarTargets, PayloadChecksumIsTheLibraryXxh3) {
+  std::mt19937_64 rng(29);
+  std::vector<uint8_t> bytes(72 * 1024 + 64);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 2200; ++n) lengths.push_back(n);
+  lengths.push_back(72 * 1024);
+  for (bool library : {false, true}) {
+    ForceLibraryChecksum(library);
+    for (size_t skew : {0, 1, 7, 33})
+      for (size_t n : lengths) {
+        const std::span<const uint8_t> s(bytes.data() + skew, n);
+        ASSERT_EQ(PayloadChecksum(s), XXH3_64bits(s.data(), s.size())) << "length " << n << ", skew " << skew;
+      }
+  }
+  ForceLibraryChecksum(false);
 }
 
 }  // namespace
