@@ -203,7 +203,8 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
 
 // A tally's counts are each symbol's number of values (kHuffmanMaxSymbols - 1 and above: the
 // escape symbol) on every target, for every width, whatever the values' start and count: the
-// 2-byte values' vector path (the commonest masks by compares, the rest one by one) included.
+// 2-byte values' vector path (the commonest masks by compares, the rest one by one) included;
+// also in a tally cleared after each count (Clear zeroes only the groups of counters used).
 TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
   std::mt19937_64 rng(17);
   std::vector<uint8_t> bytes(8 * 5000 + 8);
@@ -216,6 +217,7 @@ TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
     if (i / 2 % 700 < 40) v = 7;
     std::memcpy(bytes.data() + i, &v, 2);
   }
+  ValueTally reused;  // cleared between counts: what one count left must not reach the next
   for (uint32_t width : {1u, 2u, 4u, 8u})
     for (size_t offset : {size_t{0}, size_t{2}, size_t{6}})
       for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{31}, uint64_t{64}, uint64_t{65}, uint64_t{4999}}) {
@@ -232,6 +234,10 @@ TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
           EXPECT_EQ(tally.values(), n);
           EXPECT_EQ(tally.Frequencies(), want)
               << target << ", width " << width << ", offset " << offset << ", " << n << " values";
+          reused.Clear();
+          reused.Add(values, width);
+          EXPECT_EQ(reused.Frequencies(), want)
+              << target << ", width " << width << ", offset " << offset << ", " << n << " values, reused";
         });
       }
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 
 #include "base/thread_pool.h"
@@ -68,14 +69,15 @@ ValueTally::ValueTally()
 void ValueTally::Clear() {
   if (values_ == 0) return;  // nothing counted since the last Clear: the counters are zero
   std::fill(small4_.begin(), small4_.end(), 0);
-  std::fill(large_.begin(), large_.end(), 0);
-  values_ = raw_bytes_ = escape_bytes_ = 0;
+  for (uint64_t g = large_groups_; g != 0; g &= g - 1)
+    std::fill_n(large_.begin() + 64 * std::countr_zero(g), 64, 0);
+  values_ = raw_bytes_ = escape_bytes_ = large_groups_ = 0;
 }
 
 void ValueTally::Add(std::span<const uint8_t> values, uint32_t width) {
   DCR_CHECK(width > 0 && values.size() % width == 0);
   const uint64_t n = values.size() / width, escapes_before = large_[value_symbols::kEscape];
-  value_symbols::CountSymbols(values.data(), n, width, small4_.data(), large_.data());
+  value_symbols::CountSymbols(values.data(), n, width, small4_.data(), large_.data(), &large_groups_);
   values_ += n;
   raw_bytes_ += values.size();
   escape_bytes_ += (large_[value_symbols::kEscape] - escapes_before) * width;
@@ -91,7 +93,8 @@ void ValueTally::AddTo(std::vector<uint64_t>* freq) const {
   using value_symbols::kSmallSymbols;
   for (uint32_t v = 0; v < kSmallSymbols; ++v)
     (*freq)[v] += small4_[v] + small4_[kSmallSymbols + v] + small4_[2 * kSmallSymbols + v] + small4_[3 * kSmallSymbols + v];
-  for (uint32_t v = kSmallSymbols; v < kAlphabet; ++v) (*freq)[v] += large_[v];
+  for (uint64_t g = large_groups_; g != 0; g &= g - 1)
+    for (uint32_t v = 64 * static_cast<uint32_t>(std::countr_zero(g)), end = v + 64; v < end; ++v) (*freq)[v] += large_[v];
 }
 
 namespace {

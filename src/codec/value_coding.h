@@ -58,6 +58,10 @@ class ValueTally {
   void AddTo(std::vector<uint64_t>* freq) const;  // freq: kHuffmanMaxSymbols counters
   std::vector<uint64_t> small4_;  // value_symbols::CountSymbols' histograms
   std::vector<uint64_t> large_;
+  // Bit g: large_[64 g .. 64 g + 63] may be nonzero. Clear and AddTo visit only those groups: a
+  // payload's values use a few of the 60 (the 32 KiB histogram was zeroed and read whole, in
+  // the serial part of every two-thread encode).
+  uint64_t large_groups_ = 0;
   uint64_t values_ = 0, raw_bytes_ = 0, escape_bytes_ = 0;
 };
 

@@ -22,25 +22,29 @@ namespace HWY_NAMESPACE {
 namespace {
 
 // Counts value v's symbol: in `small` (one of the four small histograms) below kSmallSymbols,
-// else in `large` (values from kEscape on as kEscape).
-HWY_INLINE void CountValue(uint64_t v, uint64_t* small, uint64_t* large) {
+// else in `large` (values from kEscape on as kEscape), and then sets the bit of its group of 64
+// counters in *groups (a caller's local).
+HWY_INLINE void CountValue(uint64_t v, uint64_t* small, uint64_t* large, uint64_t* groups) {
   const uint64_t symbol = std::min<uint64_t>(v, kEscape);
   ++*(symbol < kSmallSymbols ? small + symbol : large + symbol);
+  *groups |= static_cast<uint64_t>(symbol >= kSmallSymbols) << (symbol >> 6);
 }
 
 // CountSymbols of value_symbols.h, for values of type U.
 template <typename U>
-void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large) {
+void CountSymbolsT(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large, uint64_t* large_groups) {
+  uint64_t groups = 0;
   auto count = [&](uint64_t i, uint64_t* small) {
     U v;
     std::memcpy(&v, p + i * sizeof(U), sizeof(U));
-    CountValue(v, small, large);
+    CountValue(v, small, large, &groups);
   };
   uint64_t i = 0;
   for (; i + 4 <= n; i += 4)
     count(i, small4), count(i + 1, small4 + kSmallSymbols), count(i + 2, small4 + 2 * kSmallSymbols),
         count(i + 3, small4 + 3 * kSmallSymbols);
   for (; i < n; ++i) count(i, small4 + (i & 3) * kSmallSymbols);
+  *large_groups |= groups;
 }
 
 namespace hn = hwy::HWY_NAMESPACE;
@@ -49,10 +53,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 // masks (0x1, 0x3, 0x7, 0xf: one to four mantissa LSBs, ~90 % of a real payload's values) are
 // counted by compares, the others one by one. The histograms' increments were a chain through
 // memory wherever neighbouring values share a symbol (~3.6 cycles a value on Zen 5).
-void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large) {
+void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* large, uint64_t* large_groups) {
   const hn::ScalableTag<uint16_t> d;
   const size_t lanes = hn::Lanes(d);
   uint64_t i = 0;
+  uint64_t groups = 0;
   if (lanes >= 8 && lanes <= 64) {
     const auto s1 = hn::Set(d, 1), s3 = hn::Set(d, 3), s7 = hn::Set(d, 7), s15 = hn::Set(d, 15);
     uint64_t c1 = 0, c3 = 0, c7 = 0, c15 = 0;
@@ -70,12 +75,13 @@ void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* la
       for (; bits != 0; bits &= bits - 1) {
         uint16_t v16;
         std::memcpy(&v16, at + 2 * static_cast<size_t>(__builtin_ctzll(bits)), 2);
-        CountValue(v16, small4, large);
+        CountValue(v16, small4, large, &groups);
       }
     }
     small4[1] += c1, small4[3] += c3, small4[7] += c7, small4[15] += c15;
   }
-  CountSymbolsT<uint16_t>(p + i * 2, n - i, small4, large);
+  *large_groups |= groups;
+  CountSymbolsT<uint16_t>(p + i * 2, n - i, small4, large, large_groups);
 }
 
 // PutSymbols of value_symbols.h, for values of type U: six or three symbols per write.
@@ -375,12 +381,13 @@ void DecodeSymbolPairImpl(const HuffmanDecoder& code, SymbolLane* a, SymbolLane*
   }
 }
 
-void CountSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large) {
+void CountSymbolsImpl(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
+                      uint64_t* large_groups) {
   switch (width) {
-    case 1: return CountSymbolsT<uint8_t>(p, n, small4, large);
-    case 2: return CountSymbols16(p, n, small4, large);
-    case 4: return CountSymbolsT<uint32_t>(p, n, small4, large);
-    default: return CountSymbolsT<uint64_t>(p, n, small4, large);
+    case 1: return CountSymbolsT<uint8_t>(p, n, small4, large, large_groups);
+    case 2: return CountSymbols16(p, n, small4, large, large_groups);
+    case 4: return CountSymbolsT<uint32_t>(p, n, small4, large, large_groups);
+    default: return CountSymbolsT<uint64_t>(p, n, small4, large, large_groups);
   }
 }
 
@@ -421,8 +428,9 @@ HWY_EXPORT(PutSymbolsImpl);
 HWY_EXPORT(DecodeSymbolsImpl);
 HWY_EXPORT(DecodeSymbolPairImpl);
 
-void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large) {
-  HWY_DYNAMIC_DISPATCH(CountSymbolsImpl)(p, n, width, small4, large);
+void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
+                  uint64_t* large_groups) {
+  HWY_DYNAMIC_DISPATCH(CountSymbolsImpl)(p, n, width, small4, large, large_groups);
 }
 
 namespace {
