@@ -165,11 +165,11 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     FitCounts fit_counts[2];
     // Each thread also counts the values' symbols of the segments it diffed, into its own tally
     // (this thread's thread_locals, named here for the same reason as below).
-    ValueTally* tallies = value_tallies;
-    tallies[0].Clear(), tallies[1].Clear();
+    ValueTally* tallies = value_tallies;  // each thread clears its own first
     // Read here: in code the helper runs, `builder` would name the helper's own thread_local.
     const uint64_t fit_stride = plain_only ? 1 : builder.fit_stride();
     auto diff_some = [&](FitCounts* counts, ValueTally* tally) {
+      tally->Clear();
       // Only payloads that may be coded in context mode fit bands: a plain-only one would zero,
       // fold and add ~12 KiB of counts per thread for nothing.
       std::optional<FitCounter> fit_counter;
