@@ -392,10 +392,10 @@ TEST(ValueCoding, EveryTruncationOfAHuffmanFormIsCorruptAndFlipsNeverBreakTheBou
 namespace dcr {
 namespace {
 
-// PutSymbols' vector loop for 2-byte values (eight codes per write from byte tables, where the
-// target has it) writes the bits and escapes of its scalar loop: for groups of eight below 128,
-// groups whose codes pass 56 bits, groups holding a larger value or an escape, runs that end
-// mid-group and values at odd addresses.
+// PutSymbols' vector loops for 2-byte values (32 or eight codes per step from byte tables, where
+// the target has them) write the bits and escapes of its scalar loop: for groups of 32 and of
+// eight below 128, groups of eight whose codes pass 56 bits (also within a group of 32), groups
+// holding a larger value or an escape, runs that end mid-group and values at odd addresses.
 TEST(ValueCoding, VectorAndScalarSymbolWritersWriteTheSameBits) {
   // Frequencies halving from symbol 0 on, then a flat tail: codes from 1 bit to 12 and more.
   std::vector<uint64_t> freq(value_symbols::kAlphabet, 0);
