@@ -110,6 +110,29 @@ void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWr
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+// The eights of 32 codes: code j in 16-bit lane j, `bits` (LSB-first, nothing at or above its
+// length) with its length in `len` (at most 16). Neighbouring codes are joined in three rounds
+// of widening lanes (pairs in 32 bits, fours in 64, eights in the even 64-bit lanes: lane 2 j
+// holds codes 8 j .. 8 j + 7 and their total length). An eight longer than 64 bits loses bits:
+// the caller checks the lengths before writing (at most 56 per write).
+HWY_INLINE void JoinEights(__m512i bits, __m512i len, __m512i* bits8, __m512i* len8) {
+  const __m512i low16 = _mm512_set1_epi32(0xffff), low32 = _mm512_set1_epi64(0xffffffff);
+  const __m512i len1 = _mm512_and_si512(len, low16);  // of the first code of each pair
+  const __m512i bits2 = _mm512_or_si512(_mm512_and_si512(bits, low16), _mm512_sllv_epi32(_mm512_srli_epi32(bits, 16), len1));
+  const __m512i len2 = _mm512_add_epi32(len1, _mm512_srli_epi32(len, 16));
+  const __m512i len21 = _mm512_and_si512(len2, low32);
+  const __m512i bits4 = _mm512_or_si512(_mm512_and_si512(bits2, low32), _mm512_sllv_epi64(_mm512_srli_epi64(bits2, 32), len21));
+  const __m512i len4 = _mm512_add_epi64(len21, _mm512_srli_epi64(len2, 32));
+  // unpackhi brings lane 2 j + 1 down to lane 2 j.
+  *bits8 = _mm512_or_si512(bits4, _mm512_sllv_epi64(_mm512_unpackhi_epi64(bits4, bits4), len4));
+  *len8 = _mm512_add_epi64(len4, _mm512_unpackhi_epi64(len4, len4));
+}
+
+// Whether every eight of JoinEights fits one write (at most 56 bits).
+HWY_INLINE bool EightsFitWrites(__m512i len8) {
+  return _mm512_mask_cmpgt_epu64_mask(0x55, len8, _mm512_set1_epi64(56)) == 0;
+}
+
 // Values [from, to) of 2-byte values at p, one code per write, escapes' bytes appended.
 HWY_INLINE void PutOneByOne16(const uint8_t* p, uint64_t from, uint64_t to, const HuffmanEncoder& code,
                               BitWriter::Local& w, std::vector<uint8_t>* escaped) {
@@ -163,10 +186,8 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
     PutOneByOne16(p, at, at + 8, code, w, escaped);
   };
   // 32 values per step where all are below 128 and each eight's codes total at most 56 bits: the
-  // lookups in 16-bit lanes, then neighbouring codes joined in three rounds of widening lanes
-  // (pairs in 32 bits, fours in 64, eights in the even 64-bit lanes), four writes.
+  // lookups in 16-bit lanes, the codes joined into eights (JoinEights), four writes.
   const __m512i limit16 = _mm512_set1_epi16(static_cast<int16_t>(SmallSymbolCodes::kSymbols));
-  const __m512i low16 = _mm512_set1_epi32(0xffff), low32 = _mm512_set1_epi64(0xffffffff);
   constexpr __mmask64 kEvenBytes = 0x5555555555555555ull, kOddBytes = kEvenBytes << 1;
   uint64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -176,17 +197,9 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
       const __m512i len = _mm512_maskz_permutex2var_epi8(kEvenBytes, len_lo, index, len_hi);
       const __m512i bits = _mm512_or_si512(_mm512_maskz_permutex2var_epi8(kEvenBytes, low_lo, index, low_hi),
                                            _mm512_maskz_permutex2var_epi8(kOddBytes, high_lo, index, high_hi));
-      const __m512i len1 = _mm512_and_si512(len, low16);  // of the first code of each pair
-      const __m512i bits2 = _mm512_or_si512(_mm512_and_si512(bits, low16), _mm512_sllv_epi32(_mm512_srli_epi32(bits, 16), len1));
-      const __m512i len2 = _mm512_add_epi32(len1, _mm512_srli_epi32(len, 16));
-      const __m512i len21 = _mm512_and_si512(len2, low32);
-      const __m512i bits4 = _mm512_or_si512(_mm512_and_si512(bits2, low32), _mm512_sllv_epi64(_mm512_srli_epi64(bits2, 32), len21));
-      const __m512i len4 = _mm512_add_epi64(len21, _mm512_srli_epi64(len2, 32));
-      // Even lane 2j: fours 2j and 2j + 1 (unpackhi brings lane 2j + 1 down); at most 56 bits
-      // checked before the write, so no bit is shifted out.
-      const __m512i bits8 = _mm512_or_si512(bits4, _mm512_sllv_epi64(_mm512_unpackhi_epi64(bits4, bits4), len4));
-      const __m512i len8 = _mm512_add_epi64(len4, _mm512_unpackhi_epi64(len4, len4));
-      if (_mm512_mask_cmpgt_epu64_mask(0x55, len8, _mm512_set1_epi64(56)) == 0) [[likely]] {
+      __m512i bits8, len8;
+      JoinEights(bits, len, &bits8, &len8);
+      if (EightsFitWrites(len8)) [[likely]] {
         alignas(64) uint64_t b8[8], l8[8];
         _mm512_store_si512(b8, bits8);
         _mm512_store_si512(l8, len8);
