@@ -1,5 +1,6 @@
 #include "codec/payload_checksum.h"
 
+#include <hwy/targets.h>
 #include <xxhash.h>
 
 #include <atomic>
@@ -14,7 +15,12 @@ namespace {
 std::atomic<bool> g_force_library{false};
 
 #if defined(__x86_64__)
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+// Whether Highway's AVX2 target runs here: the CPU and the OS support AVX2 (and BMI2, FMA, F16C).
+// Asked once: SupportedTargets runs CPUID, which a virtual machine may trap.
+bool HasAvx2() {
+  static const bool has = (hwy::SupportedTargets() & HWY_AVX2) != 0;
+  return has;
+}
 #endif
 }  // namespace
 
@@ -22,7 +28,8 @@ void ForceLibraryChecksum(bool library) { g_force_library.store(library); }
 
 uint64_t PayloadChecksum(std::span<const uint8_t> bytes) {
 #if defined(__x86_64__)
-  if (kHasAvx2 && !g_force_library.load(std::memory_order_relaxed)) return PayloadChecksumAvx2(bytes.data(), bytes.size());
+  if (HasAvx2() && !g_force_library.load(std::memory_order_relaxed))
+    return PayloadChecksumAvx2(bytes.data(), bytes.size());
 #endif
   return XXH3_64bits(bytes.data(), bytes.size());
 }
