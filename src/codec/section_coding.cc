@@ -29,13 +29,15 @@ ZstdContexts& ThreadZstd() {
 }  // namespace
 
 SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::vector<uint8_t>* out) {
-  size_t at = out->size();
   if (raw.size() >= 64) {
-    size_t bound = ZSTD_compressBound(raw.size());
-    out->resize(at + bound);
+    // Compressed into this thread's buffer, grown to the largest bound it has met: resizing
+    // `out` by the bound zero-filled it for every section, most of which are then stored raw.
+    thread_local std::vector<uint8_t> packed;
+    const size_t bound = ZSTD_compressBound(raw.size());
+    if (packed.size() < bound) packed.resize(bound);
     ZSTD_CCtx* const c = ThreadZstd().c;
     auto shrinks_at = [&](int level, size_t* n) {
-      *n = ZSTD_compressCCtx(c, out->data() + at, bound, raw.data(), raw.size(), level);
+      *n = ZSTD_compressCCtx(c, packed.data(), bound, raw.data(), raw.size(), level);
       return !ZSTD_isError(*n) && *n < raw.size();
     };
     // The probe: a section the fastest level cannot shrink at all is stored raw without trying
@@ -46,10 +48,9 @@ SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::
     const bool probe_shrinks =
         raw.size() < kZstdProbeMinBytes || zstd_level <= kZstdProbeLevel || shrinks_at(kZstdProbeLevel, &n);
     if (probe_shrinks && shrinks_at(zstd_level, &n)) {
-      out->resize(at + n);
+      out->insert(out->end(), packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(n));
       return SectionCodec::kZstd;
     }
-    out->resize(at);
   }
   out->insert(out->end(), raw.begin(), raw.end());
   return SectionCodec::kRaw;
