@@ -85,7 +85,8 @@ void BlockGaps(std::span<const uint32_t> pos, uint64_t block_start, uint64_t* ga
   gaps[0] = pos[0] - block_start;
   size_t i = 1;
   for (; i + lanes <= pos.size(); i += lanes) {
-    const auto gap = hn::Sub(hn::Sub(hn::LoadU(d32, pos.data() + i), hn::LoadU(d32, pos.data() + i - 1)), hn::Set(d32, 1));
+    const auto step = hn::Sub(hn::LoadU(d32, pos.data() + i), hn::LoadU(d32, pos.data() + i - 1));
+    const auto gap = hn::Sub(step, hn::Set(d32, 1));
     hn::StoreU(hn::PromoteTo(d64, gap), d64, gaps + i);
   }
   for (; i < pos.size(); ++i) gaps[i] = pos[i] - pos[i - 1] - 1;

@@ -94,7 +94,8 @@ void ValueTally::AddTo(std::vector<uint64_t>* freq) const {
   for (uint32_t v = 0; v < kSmallSymbols; ++v)
     (*freq)[v] += small4_[v] + small4_[kSmallSymbols + v] + small4_[2 * kSmallSymbols + v] + small4_[3 * kSmallSymbols + v];
   for (uint64_t g = large_groups_; g != 0; g &= g - 1)
-    for (uint32_t v = 64 * static_cast<uint32_t>(std::countr_zero(g)), end = v + 64; v < end; ++v) (*freq)[v] += large_[v];
+    for (uint32_t v = 64 * static_cast<uint32_t>(std::countr_zero(g)), end = v + 64; v < end; ++v)
+      (*freq)[v] += large_[v];
 }
 
 namespace {

@@ -422,7 +422,10 @@ TEST(ValueCoding, VectorAndScalarSymbolWritersWriteTheSameBits) {
   for (size_t g = 0; g + 8 <= values.size(); g += 8) {
     int bits = 0;
     bool small_values = true;
-    for (size_t i = g; i < g + 8; ++i) bits += static_cast<int>(code.Entry(std::min<uint32_t>(values[i], value_symbols::kEscape)) >> 16), small_values &= values[i] < 128;
+    for (size_t i = g; i < g + 8; ++i) {
+      bits += static_cast<int>(code.Entry(std::min<uint32_t>(values[i], value_symbols::kEscape)) >> 16);
+      small_values &= values[i] < 128;
+    }
     long_groups += small_values && bits > 64, barely_long_groups += small_values && bits > 56 && bits <= 64;
   }
   ASSERT_GT(long_groups, 100);

@@ -118,10 +118,12 @@ void PutSymbolsT(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, BitWr
 HWY_INLINE void JoinEights(__m512i bits, __m512i len, __m512i* bits8, __m512i* len8) {
   const __m512i low16 = _mm512_set1_epi32(0xffff), low32 = _mm512_set1_epi64(0xffffffff);
   const __m512i len1 = _mm512_and_si512(len, low16);  // of the first code of each pair
-  const __m512i bits2 = _mm512_or_si512(_mm512_and_si512(bits, low16), _mm512_sllv_epi32(_mm512_srli_epi32(bits, 16), len1));
+  const __m512i bits2 =
+      _mm512_or_si512(_mm512_and_si512(bits, low16), _mm512_sllv_epi32(_mm512_srli_epi32(bits, 16), len1));
   const __m512i len2 = _mm512_add_epi32(len1, _mm512_srli_epi32(len, 16));
   const __m512i len21 = _mm512_and_si512(len2, low32);
-  const __m512i bits4 = _mm512_or_si512(_mm512_and_si512(bits2, low32), _mm512_sllv_epi64(_mm512_srli_epi64(bits2, 32), len21));
+  const __m512i bits4 =
+      _mm512_or_si512(_mm512_and_si512(bits2, low32), _mm512_sllv_epi64(_mm512_srli_epi64(bits2, 32), len21));
   const __m512i len4 = _mm512_add_epi64(len21, _mm512_srli_epi64(len2, 32));
   // unpackhi brings lane 2 j + 1 down to lane 2 j.
   *bits8 = _mm512_or_si512(bits4, _mm512_sllv_epi64(_mm512_unpackhi_epi64(bits4, bits4), len4));
@@ -164,7 +166,8 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
   const __m512i high_lo = _mm512_load_si512(small.high), high_hi = _mm512_load_si512(small.high + 64);
   const __m512i limit = _mm512_set1_epi64(SmallSymbolCodes::kSymbols), zero = _mm512_setzero_si512();
   constexpr __mmask64 kByte0 = 0x0101010101010101ull, kByte1 = kByte0 << 1;
-  // Values [at, at + 8): one write where they allow it (above), else one per value.
+  // Values [at, at + 8): one write where all eight are below 128 and their codes total at most
+  // 56 bits, else one per value.
   auto put8 = [&](uint64_t at) __attribute__((always_inline)) {
     const __m512i v = _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * at)));
     if (_mm512_cmpge_epu64_mask(v, limit) == 0) [[likely]] {
@@ -179,7 +182,8 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
       const int total = static_cast<int>(_mm_extract_epi64(_mm512_extracti64x2_epi64(end, 3), 1));
       if (total <= 56) [[likely]] {
         // The codes do not overlap, so their sum is their union.
-        w.Put(static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_sllv_epi64(bits, _mm512_sub_epi64(end, len)))), total);
+        const __m512i placed = _mm512_sllv_epi64(bits, _mm512_sub_epi64(end, len));
+        w.Put(static_cast<uint64_t>(_mm512_reduce_add_epi64(placed)), total);
         return;
       }
     }
