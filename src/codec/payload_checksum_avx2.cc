@@ -1,14 +1,14 @@
 // PayloadChecksum's AVX2 build (payload_checksum.h): xxhash.h inlined (its functions renamed, so
-// they do not clash with libxxhash's) and compiled for AVX2. Called only on CPUs with AVX2.
+// they do not clash with libxxhash's) and compiled with -mavx2 (src/CMakeLists.txt, on x86-64).
+// Called only on CPUs with AVX2. Nothing else may be included here: an inline function of a
+// shared header compiled for AVX2 here could be the copy the linker keeps for every caller.
 #if defined(__x86_64__)
-#pragma GCC target("avx2")
+#ifndef __AVX2__
+#error "payload_checksum_avx2.cc must be compiled with -mavx2"
+#endif
 #define XXH_INLINE_ALL
 #define XXH_VECTOR XXH_AVX2
-#include <immintrin.h>  // xxhash.h includes it only where the compiler's flags enable AVX2
 #include <xxhash.h>
-
-#include <cstddef>
-#include <cstdint>
 
 namespace dcr {
 
