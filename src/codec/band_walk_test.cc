@@ -1,7 +1,8 @@
 // The band rows under every band walk (tile_rows-inl.h) match a scalar model on every Highway
-// target this build compiled and this CPU runs (each forced in turn): masks and prefix counts,
-// for the float dtypes, every band count, thresholds spanning few and many classes (the GFNI
-// kernel's two table forms), whole and partial tiles and tiles past a segment's first.
+// target this build compiled and this CPU runs (each forced in turn; the AVX3_DL target also
+// with GFNI taken away, as on a CPU without it, where its compare kernel runs): masks and prefix
+// counts, for the float dtypes, every band count, thresholds spanning few and many classes (the
+// GFNI kernel's two table forms), whole and partial tiles and tiles past a segment's first.
 #include "codec/band_walk.h"
 
 #include <gtest/gtest.h>
@@ -49,7 +50,8 @@ class TileRowsTest : public ::testing::TestWithParam<int64_t> {
   void TearDown() override { ForceSimdTarget(0); }
 };
 
-TEST_P(TileRowsTest, MasksAndPrefixCountsMatchTheScalarModel) {
+// The rows of the forced target against the model; `how_run` ends each failure's message.
+void ExpectTileRowsOfTheModel(const std::string& how_run) {
   std::mt19937_64 rng(21);
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kF64}) {
     const ContextClassFn f = ContextClassFor(t);
@@ -79,13 +81,22 @@ TEST_P(TileRowsTest, MasksAndPrefixCountsMatchTheScalarModel) {
           for (size_t tn : {kMaskTileElements, kMaskTileElements - 1, kMaskTileElements - 63, size_t{520}, size_t{512},
                             size_t{64}, size_t{63}, size_t{1}}) {
             const std::string what = std::string(DTypeName(t)) + " k " + std::to_string(k) + " " + how +
-                                     " tile " + std::to_string(tile) + " tn " + std::to_string(tn);
+                                     " tile " + std::to_string(tile) + " tn " + std::to_string(tn) + how_run;
             const TileRowsForTests got = LoadTileRowsForTests(seg, bands, tile, tn);
             const TileRowsForTests want = ModelTileRows(seg, bands, tile, tn);
             ASSERT_EQ(got.rows, want.rows) << what;
             ASSERT_EQ(got.prefix, want.prefix) << what;
           }
       }
+  }
+}
+
+TEST_P(TileRowsTest, MasksAndPrefixCountsMatchTheScalarModel) {
+  for (bool no_gfni : {false, true}) {
+    ForceNoGfniForTests(no_gfni);
+    ExpectTileRowsOfTheModel(no_gfni ? ", GFNI taken away" : "");
+    ForceNoGfniForTests(false);
+    if (testing::Test::HasFailure()) return;
   }
 }
 

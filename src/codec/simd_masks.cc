@@ -6,6 +6,8 @@
 
 #include <hwy/highway.h>
 
+#include <atomic>
+
 #include "base/status.h"
 #include "codec/simd_masks-inl.h"
 #include "codec/diff_extract-inl.h"  // after simd_masks-inl.h: uses PopCount64
@@ -89,7 +91,14 @@ void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int s
   HWY_DYNAMIC_DISPATCH(ClassAtLeastMasksImpl)(elems, width, count, shift, class_mask, thresholds, k, out);
 }
 
+namespace {
+std::atomic<bool> g_no_gfni{false};
+}  // namespace
+
+void ForceNoGfniForTests(bool no_gfni) { g_no_gfni.store(no_gfni); }
+
 bool CpuHasGfni() {
+  if (g_no_gfni.load(std::memory_order_relaxed)) return false;
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -47,8 +47,11 @@ void ClassAtLeastMasks(const uint8_t* elems, uint32_t width, size_t count, int s
                        const uint8_t* thresholds, int k, uint64_t* out);
 
 // Whether the CPU has GFNI (x86-64 Galois-field instructions, which the AVX3_DL target's tile
-// row kernel uses beside that target's features); false elsewhere.
+// row kernel uses beside that target's features); false elsewhere, and while ForceNoGfniForTests.
 bool CpuHasGfni();
+// For tests: CpuHasGfni answers false (the AVX3_DL target then builds tile rows with its compare
+// kernel, as on a CPU with AVX-512 VBMI but without GFNI), or as the CPU says again.
+void ForceNoGfniForTests(bool no_gfni);
 
 // The Highway targets compiled in, for tests: each can be forced with ForceSimdTarget, and 0
 // restores the normal choice (best supported).
