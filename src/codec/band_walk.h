@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "base/reused_buffer.h"
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
 #include "codec/simd_masks.h"
@@ -100,10 +101,9 @@ inline BandWords BandOffsets(const BandWords& counts) {
 // A per-thread buffer of at least n words, reused across payloads (by the encoder's and the
 // decoder's band code alike): a fresh buffer of this size (8 bytes per change) would be
 // page-faulted in for every payload.
-inline std::vector<uint64_t>& ScratchWords(uint64_t n) {
-  thread_local std::vector<uint64_t> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch;
+inline std::span<uint64_t> ScratchWords(uint64_t n) {
+  thread_local ReusedBuffer<uint64_t> scratch;
+  return scratch.Take(static_cast<size_t>(n));
 }
 
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/reused_buffer.h"
+
 namespace dcr {
 namespace {
 
@@ -16,23 +18,22 @@ std::vector<uint32_t> LeafDepths(std::span<const uint64_t> leaf_weight) {
   if (u == 1) return {1};
   // Nodes: leaves 0..u-1, then internal ones; parent links give depths. The work arrays are this
   // thread's, reused (the constructor calls this once or twice per code).
-  thread_local std::vector<uint64_t> weight_room, key_room;
-  thread_local std::vector<uint32_t> parent_room, leaf_room;
-  weight_room.resize(2 * u - 1), parent_room.resize(2 * u - 1), key_room.resize(u), leaf_room.resize(u);
-  uint64_t* const weight = weight_room.data();
-  uint32_t* const parent = parent_room.data();
+  thread_local ReusedBuffer<uint64_t> weight_room, key_room;
+  thread_local ReusedBuffer<uint32_t> parent_room, leaf_room;
+  uint64_t* const weight = weight_room.Take(2 * u - 1).data();
+  uint32_t* const parent = parent_room.Take(2 * u - 1).data();
   std::copy(leaf_weight.begin(), leaf_weight.end(), weight);
   // Sorted by (weight, index) as one key each: a plain sort of integers, where a stable sort of
   // indices by weight took a quarter of a payload's code construction. Weights stay below 2^52
   // (they count a payload's values), indices below 2^12 (the alphabet).
   static_assert(kHuffmanMaxSymbols <= (1u << 12));
-  uint64_t* const keys = key_room.data();
+  uint64_t* const keys = key_room.Take(u).data();
   for (size_t i = 0; i < u; ++i) {
     DCR_CHECK(weight[i] < (uint64_t{1} << 52));
     keys[i] = weight[i] << 12 | i;
   }
   std::sort(keys, keys + u);
-  uint32_t* const leaves = leaf_room.data();
+  uint32_t* const leaves = leaf_room.Take(u).data();
   for (size_t i = 0; i < u; ++i) leaves[i] = static_cast<uint32_t>(keys[i] & 0xfff);
   size_t next_leaf = 0, next_internal = u, created = u;
   auto pop = [&]() -> size_t {
@@ -107,8 +108,10 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   // arrays were zero-filled and five allocated per code), the real 4.5 % pair's code of 333
   // symbols took 9.9 us instead of 11.1, the 0.4 % pair's of 89 2.7 instead of 3.4 (best of
   // 20000, one thread).
-  thread_local std::vector<uint32_t> used_room(kHuffmanMaxSymbols);
-  thread_local std::vector<uint64_t> weight_room(kHuffmanMaxSymbols);
+  thread_local ReusedBuffer<uint32_t> used_buffer;
+  thread_local ReusedBuffer<uint64_t> weight_buffer;
+  const std::span<uint32_t> used_room = used_buffer.Take(freq.size());
+  const std::span<uint64_t> weight_room = weight_buffer.Take(freq.size());
   size_t u = 0;
   for (size_t s = 0; s < freq.size(); s += 8) {
     const size_t end = std::min(s + 8, freq.size());

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cstring>
 
+#include "base/reused_buffer.h"
 #include "codec/bit_stream.h"
 #include "codec/location_coding.h"
 #include "codec/rice_gaps.h"
@@ -141,9 +142,8 @@ BlockChoice ChooseBlock(std::span<const uint32_t> pos, std::span<const uint64_t>
 
 // A thread's room for one block's gaps (BlockGaps), grown to the largest block it has coded.
 std::span<uint64_t> GapRoom(size_t n) {
-  thread_local std::vector<uint64_t> room;
-  if (room.size() < n) room.resize(n);
-  return std::span<uint64_t>(room.data(), n);
+  thread_local ReusedBuffer<uint64_t> room;
+  return room.Take(n);
 }
 
 void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t block_len,

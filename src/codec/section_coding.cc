@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "base/reused_buffer.h"
+
 namespace dcr {
 
 namespace {
@@ -32,9 +34,9 @@ SectionCodec CompressSection(std::span<const uint8_t> raw, int zstd_level, std::
   if (raw.size() >= 64) {
     // Compressed into this thread's buffer, grown to the largest bound it has met: resizing
     // `out` by the bound zero-filled it for every section, most of which are then stored raw.
-    thread_local std::vector<uint8_t> packed;
+    thread_local ReusedBuffer<uint8_t> room;
     const size_t bound = ZSTD_compressBound(raw.size());
-    if (packed.size() < bound) packed.resize(bound);
+    const std::span<uint8_t> packed = room.Take(bound);
     ZSTD_CCtx* const c = ThreadZstd().c;
     auto shrinks_at = [&](int level, size_t* n) {
       *n = ZSTD_compressCCtx(c, packed.data(), bound, raw.data(), raw.size(), level);
