@@ -12,6 +12,7 @@
 
 #include "codec/bit_stream.h"
 #include "codec/diff.h"
+#include "codec/span_test_support.h"
 #include "codec/simd_masks.h"
 #include "codec/location_coding.h"
 #include "codec/section_coding.h"
@@ -462,12 +463,12 @@ TEST(DiffElements, ComparesBitsNotFloatValues) {
   };
   ChangeSet cs;
   DiffElements(bytes(base), bytes(next), 4, ValueKind::kXor, &cs);
-  EXPECT_EQ(cs.positions, (std::vector<uint32_t>{0, 2, 4}));
+  EXPECT_EQ(AsVector(cs.positions), (std::vector<uint32_t>{0, 2, 4}));
   ASSERT_EQ(cs.values.size(), 12u);
   EXPECT_EQ(LoadLe(cs.values.data(), 4), 0x80000000u);
   EXPECT_EQ(LoadLe(cs.values.data() + 4, 4), 0x7fc00001u ^ 0x7fc00002u);
   DiffElements(bytes(base), bytes(next), 4, ValueKind::kOverwrite, &cs);
-  EXPECT_EQ(cs.positions, (std::vector<uint32_t>{0, 2, 4}));
+  EXPECT_EQ(AsVector(cs.positions), (std::vector<uint32_t>{0, 2, 4}));
   EXPECT_EQ(LoadLe(cs.values.data() + 8, 4), 0x00000002u);
 }
 
@@ -486,7 +487,7 @@ TEST(DiffElements, FindsExactlyTheChangedElementsAtEveryWidthAndLength) {
         }
       ChangeSet cs;
       DiffElements(a, b, w, ValueKind::kXor, &cs);
-      EXPECT_EQ(cs.positions, want) << "width " << w << " n " << n;
+      EXPECT_EQ(AsVector(cs.positions), want) << "width " << w << " n " << n;
       EXPECT_EQ(cs.width, w);
       EXPECT_EQ(cs.values.size(), want.size() * w);
     }
@@ -533,10 +534,10 @@ TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
             want_val.push_back(kind == ValueKind::kXor ? a[i * w + j] ^ b[i * w + j] : b[i * w + j]);
           want_old.insert(want_old.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
         }
-        EXPECT_EQ(plain.positions, want_pos) << what;
-        EXPECT_EQ(plain.values, want_val) << what;
-        EXPECT_EQ(chunked.positions, want_pos) << what;
-        EXPECT_EQ(chunked.values, want_val) << what;
+        EXPECT_EQ(AsVector(plain.positions), want_pos) << what;
+        EXPECT_EQ(AsVector(plain.values), want_val) << what;
+        EXPECT_EQ(AsVector(chunked.positions), want_pos) << what;
+        EXPECT_EQ(AsVector(chunked.values), want_val) << what;
         EXPECT_EQ(values, want_val) << what;
         EXPECT_EQ(old_bits, want_old) << what;
         ASSERT_EQ(runs.size(), 5u) << what;  // runs 0, 1, 3, 4 and the partial run 5; not run 2
@@ -548,7 +549,7 @@ TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
           for (uint32_t p : runs[r]) EXPECT_EQ(p / kDiffChunkElements, run);
           joined.insert(joined.end(), runs[r].begin(), runs[r].end());
         }
-        EXPECT_EQ(joined, plain.positions) << what;
+        EXPECT_EQ(joined, AsVector(plain.positions)) << what;
       }
   });
 }

@@ -10,38 +10,36 @@
 namespace dcr {
 namespace {
 
-// Tiles of kMaskTileElements: the SIMD kernel marks differing elements in a bit mask (and counts
-// them), the outputs grow once per tile, and a second kernel then writes the marked elements'
-// positions and values (and, for on_chunk, their old bits), reading the tile again from L1. Its
-// spare slots are trimmed at the end. Where the target diffs and extracts in one pass
-// (FusedDiffExtract) and the tile before had a change per word or more, the tile goes through
-// that pass into per-thread room for a whole tile instead, and is appended: the outputs cannot
-// grow by a whole tile beforehand (growing zero-fills), and the pass needs the room. (Its old
-// bits go straight to the run's buffer, which never shrinks.)
+// Tiles of kMaskTileElements. Where the target diffs and extracts in one pass
+// (FusedDiffExtract) and the tile before had a change per 64 elements or more, the tile goes
+// through that pass, the outputs grown beforehand by the whole tile (they do not zero-fill). Else
+// the SIMD kernel marks differing elements in a bit mask (and counts them), the outputs grow by
+// that count, and a second kernel writes the marked elements' positions and values (and, for
+// on_chunk, their old bits), reading the tile again from L1. Spare slots are trimmed at the end.
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
                const DiffChunkFn& on_chunk) {
   static_assert(kDiffChunkElements % kMaskTileElements == 0);
   uint64_t masks[kMaskTileElements / 64];
   const bool is_xor = kind == ValueKind::kXor;
-  size_t have = 0;  // changes found so far; after a two-pass tile the vectors hold its spare slots too
+  size_t have = 0;  // changes found so far; the vectors may hold spare slots after them
   size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
-  // The current run's old bits, for on_chunk. Kept per thread and never shrunk: growing a vector
-  // zero-fills it, which per run would cost as much as the extraction.
-  thread_local std::vector<uint8_t> run_old_bits;
+  // The current run's old bits, for on_chunk. Kept per thread and never shrunk.
+  thread_local UninitVector<uint8_t> run_old_bits;
   const bool fused = FusedDiffExtract(sizeof(U));
-  thread_local std::vector<uint32_t> tile_positions;
-  thread_local std::vector<uint8_t> tile_values;
-  if (fused && tile_positions.empty()) {
-    tile_positions.resize(kMaskTileElements + kExtractSlack);
-    tile_values.resize((kMaskTileElements + kExtractSlack) * sizeof(U));  // per U: one per instantiation
-  }
   // Where the next changes' old bits go, with room for `more` of them (nullptr without on_chunk).
   auto old_bits_room = [&](size_t more) -> uint8_t* {
     if (!on_chunk) return nullptr;
     const size_t at = (have - chunk_from) * sizeof(U), room = at + more * sizeof(U);
     if (run_old_bits.size() < room) run_old_bits.resize(room);
     return run_old_bits.data() + at;
+  };
+  // Room in the outputs for `more` changes after the `have` found.
+  auto grow = [&](size_t more) {
+    if (out->positions.size() < have + more) {
+      out->positions.resize(have + more);
+      out->values.resize((have + more) * sizeof(U));
+    }
   };
   bool dense = false;  // the tile before had at least one change per 64 elements
   auto end_run = [&] {  // hands the run's changes, if any, to on_chunk
@@ -59,22 +57,18 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     const uint8_t* b = base + tile * sizeof(U);
     const uint8_t* x = next + tile * sizeof(U);
     if (fused && dense) {
-      const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, static_cast<uint32_t>(tile), tile_positions.data(),
-                                       tile_values.data(), old_bits_room(tn + kExtractSlack));
+      grow(tn + kExtractSlack);
+      const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, static_cast<uint32_t>(tile),
+                                       out->positions.data() + have, out->values.data() + have * sizeof(U),
+                                       old_bits_room(tn + kExtractSlack));
       dense = n >= tn / 64;
-      if (n == 0) continue;
-      out->positions.resize(have);  // drops the spare slots of a tile before (no fill)
-      out->positions.insert(out->positions.end(), tile_positions.begin(), tile_positions.begin() + static_cast<ptrdiff_t>(n));
-      out->values.resize(have * sizeof(U));
-      out->values.insert(out->values.end(), tile_values.begin(), tile_values.begin() + static_cast<ptrdiff_t>(n * sizeof(U)));
       have += n;
       continue;
     }
     const size_t differ = DifferMasks(b, x, sizeof(U), tn, masks);
     dense = differ >= tn / 64;
     if (differ == 0) continue;
-    out->positions.resize(have + differ + kExtractSlack);
-    out->values.resize((have + differ + kExtractSlack) * sizeof(U));
+    grow(differ + kExtractSlack);
     have += ExtractChanges(b, x, sizeof(U), tn, masks, differ, is_xor, static_cast<uint32_t>(tile),
                            out->positions.data() + have, out->values.data() + have * sizeof(U),
                            old_bits_room(differ + kExtractSlack));

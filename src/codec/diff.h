@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "base/uninit_vector.h"
+
 namespace dcr {
 
 enum class ValueKind : uint8_t {
@@ -17,11 +19,12 @@ enum class ValueKind : uint8_t {
 };
 
 // Changed elements of one chunk: ascending positions relative to the chunk start, and for each
-// its value (XOR mask or new bits) as `width` little-endian bytes, packed back to back.
+// its value (XOR mask or new bits) as `width` little-endian bytes, packed back to back. Growing
+// them (resize) does not zero-fill: the diff grows them by a tile's bound and trims.
 struct ChangeSet {
   uint32_t width = 0;
-  std::vector<uint32_t> positions;
-  std::vector<uint8_t> values;  // positions.size() * width bytes
+  UninitVector<uint32_t> positions;
+  UninitVector<uint8_t> values;  // positions.size() * width bytes
 
   size_t size() const { return positions.size(); }
   void Clear() {
