@@ -127,9 +127,21 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
       u += freq[j] > 0;
     }
   }
-  used_.assign(used_room.begin(), used_room.begin() + static_cast<std::ptrdiff_t>(u));
-  std::vector<uint64_t> weight(weight_room.begin(), weight_room.begin() + static_cast<std::ptrdiff_t>(u));
-  DCR_CHECK(!used_.empty());
+  Build(static_cast<uint32_t>(freq.size()), used_room.first(u), weight_room.first(u));
+}
+
+HuffmanEncoder::HuffmanEncoder(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> weight) {
+  DCR_CHECK(alphabet <= kHuffmanMaxSymbols && symbols.size() == weight.size());
+  for (size_t i = 0; i < symbols.size(); ++i)
+    DCR_CHECK(symbols[i] < alphabet && (i == 0 || symbols[i] > symbols[i - 1]) && weight[i] > 0);
+  Build(alphabet, symbols, weight);
+}
+
+void HuffmanEncoder::Build(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> leaf_weight) {
+  const size_t u = symbols.size();
+  DCR_CHECK(u > 0);
+  used_.assign(symbols.begin(), symbols.end());
+  std::vector<uint64_t> weight(leaf_weight.begin(), leaf_weight.end());
   std::vector<uint32_t> depth;
   for (;;) {
     depth = LeafDepths(weight);
@@ -142,7 +154,7 @@ HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(ranges.fits);
   std::vector<uint32_t> codes(u);
   CanonicalCodes(lens_, ranges, codes.data());
-  packed_.assign(freq.size(), 0);
+  packed_.assign(alphabet, 0);
   for (size_t i = 0; i < u; ++i) packed_[used_[i]] = uint32_t{lens_[i]} << 16 | codes[i];
 }
 
@@ -152,6 +164,13 @@ void HuffmanEncoder::WriteTable(std::vector<uint8_t>* out) const {
     const uint32_t s = used_[i];
     PutVarint(*out, static_cast<uint64_t>(i == 0 ? s : s - used_[i - 1] - 1) << 4 | lens_[i]);
   }
+}
+
+uint64_t HuffmanEncoder::CostBitsOfUsed(std::span<const uint64_t> weight) const {
+  DCR_CHECK(weight.size() == used_.size());
+  uint64_t bits = 0;
+  for (size_t i = 0; i < used_.size(); ++i) bits += weight[i] * lens_[i];
+  return bits;
 }
 
 uint64_t HuffmanEncoder::CostBits(std::span<const uint64_t> freq) const {

@@ -19,6 +19,11 @@ class HuffmanEncoder {
  public:
   // Builds the code from symbol frequencies (index = symbol); at least one must be non-zero.
   explicit HuffmanEncoder(std::span<const uint64_t> freq);
+  // The same code from the used symbols alone: `symbols` strictly ascending and below
+  // `alphabet`, `weight[i]` (> 0) the frequency of symbols[i]; at least one symbol. Equal to the
+  // code from the dense frequencies (symbols[i] -> weight[i], zero elsewhere, `alphabet` long),
+  // without an alphabet-sized array to fill and scan.
+  HuffmanEncoder(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> weight);
   // Appends the code table: varint m, then m × varint (symbol gap << 4 | code length).
   void WriteTable(std::vector<uint8_t>* out) const;
   void Put(BitWriter& w, uint32_t symbol) const { w.Put(packed_[symbol] & 0xffff, static_cast<int>(packed_[symbol] >> 16)); }
@@ -51,8 +56,13 @@ class HuffmanEncoder {
   uint32_t Entry(uint32_t symbol) const { return packed_[symbol]; }
   // Total size in bits of coding the given frequencies (table excluded).
   uint64_t CostBits(std::span<const uint64_t> freq) const;
+  // The same for frequencies given per used symbol: weight[i] of the i-th (ascending) symbol
+  // with a code, as the sparse constructor takes them.
+  uint64_t CostBitsOfUsed(std::span<const uint64_t> weight) const;
 
  private:
+  void Build(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> weight);
+
   std::vector<uint32_t> used_;   // the symbols with a code, ascending
   std::vector<uint8_t> lens_;    // [i]: the code length of used_[i]
   std::vector<uint32_t> packed_;  // per symbol of the alphabet: len << 16 | code (0: unused)

@@ -328,6 +328,43 @@ TEST(Huffman, EncodingIsDeterministic) {
   EXPECT_EQ(a, b);
 }
 
+// The constructor from the used symbols and their weights builds the code the dense frequencies
+// give: the same table, the same entry for every symbol of the alphabet (0 for unused ones), the
+// same cost. Random distributions with many ties, one symbol, every symbol, and Fibonacci
+// weights (whose code is too deep and is flattened and rebuilt), over three alphabet sizes.
+TEST(Huffman, CodeFromUsedSymbolsIsTheCodeFromDenseFrequencies) {
+  std::mt19937_64 rng(5);
+  int cases = 0;
+  for (uint32_t alphabet : {kHuffmanMaxSymbols, 256u, 1000u})
+    for (int shape = 0; shape < 40; ++shape) {
+      std::vector<uint64_t> freq(alphabet, 0);
+      if (shape == 0) {
+        freq[rng() % alphabet] = 7;
+      } else if (shape == 1) {
+        for (auto& f : freq) f = 1 + rng() % 3;
+      } else if (shape == 2) {
+        uint64_t a = 1, b = 1;
+        for (uint32_t s = 0; s < std::min(alphabet, 40u); ++s) freq[s * 5 % alphabet] = a, b = a + b, a = b - a;
+      } else {
+        const int used = 1 + static_cast<int>(rng() % std::min<uint32_t>(alphabet, 400));
+        for (int i = 0; i < used; ++i) freq[rng() % alphabet] = shape % 2 ? 1 + rng() % 4 : 1 + (rng() >> (13 + rng() % 51));  // weights below 2^52
+      }
+      std::vector<uint32_t> symbols;
+      std::vector<uint64_t> weights;
+      for (uint32_t s = 0; s < alphabet; ++s)
+        if (freq[s] > 0) symbols.push_back(s), weights.push_back(freq[s]);
+      const HuffmanEncoder dense(freq), sparse(alphabet, symbols, weights);
+      std::vector<uint8_t> dense_table, sparse_table;
+      dense.WriteTable(&dense_table);
+      sparse.WriteTable(&sparse_table);
+      ASSERT_EQ(sparse_table, dense_table) << "alphabet " << alphabet << ", shape " << shape;
+      for (uint32_t s = 0; s < alphabet; ++s) ASSERT_EQ(sparse.Entry(s), dense.Entry(s)) << "symbol " << s;
+      EXPECT_EQ(sparse.CostBitsOfUsed(weights), dense.CostBits(freq));
+      ++cases;
+    }
+  EXPECT_EQ(cases, 120);
+}
+
 Status ReadTable(const std::vector<uint8_t>& t, uint32_t alphabet = kHuffmanMaxSymbols) {
   ByteReader r(t);
   HuffmanDecoder d;

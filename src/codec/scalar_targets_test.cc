@@ -204,7 +204,8 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
 // A tally's counts are each symbol's number of values (kHuffmanMaxSymbols - 1 and above: the
 // escape symbol) on every target, for every width, whatever the values' start and count: the
 // 2-byte values' vector path (the commonest masks by compares, the rest one by one) included;
-// also in a tally cleared after each count (Clear zeroes only the groups of counters used).
+// also in a tally cleared after each count (Clear zeroes only the groups of counters used); and
+// SumUsed lists the used symbols of one or two tallies with their summed counts.
 TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
   std::mt19937_64 rng(17);
   std::vector<uint8_t> bytes(8 * 5000 + 8);
@@ -231,6 +232,24 @@ TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
         ForEachSimdTarget([&](const std::string& target) {
           ValueTally tally;
           tally.Add(values, width);
+          // SumUsed over this tally and `reused` (still holding the previous count), and over
+          // this one alone: the used symbols of the summed frequencies, ascending, and their sums.
+          for (bool with_reused : {true, false}) {
+            std::vector<uint64_t> sum = tally.Frequencies();
+            const std::vector<uint64_t> previous = reused.Frequencies();
+            if (with_reused)
+              for (size_t s = 0; s < sum.size(); ++s) sum[s] += previous[s];
+            std::vector<uint32_t> want_symbols;
+            std::vector<uint64_t> want_counts;
+            for (uint32_t s = 0; s < sum.size(); ++s)
+              if (sum[s] > 0) want_symbols.push_back(s), want_counts.push_back(sum[s]);
+            const ValueTally* both[] = {&tally, &reused};
+            std::vector<uint32_t> symbols = {1, 2, 3};  // replaced
+            std::vector<uint64_t> counts = {4};
+            ValueTally::SumUsed(std::span<const ValueTally* const>(both, with_reused ? 2 : 1), &symbols, &counts);
+            EXPECT_EQ(symbols, want_symbols) << target << ", width " << width << ", " << n << " values";
+            EXPECT_EQ(counts, want_counts) << target << ", width " << width << ", " << n << " values";
+          }
           EXPECT_EQ(tally.values(), n);
           EXPECT_EQ(tally.Frequencies(), want)
               << target << ", width " << width << ", offset " << offset << ", " << n << " values";
