@@ -24,6 +24,10 @@ HWY_INLINE int PopCount64(uint64_t x) { return __builtin_popcountll(x); }
 
 // The mask of one vector as the low Lanes(d) bits of a word. The word is read back with the
 // size StoreMaskBits wrote, so the load is forwarded from the store (a wider load would stall).
+// GCC 12 at -O3, or -O2 -fpeel-loops, miscompiles this for 16 lanes of 4-byte elements in
+// ClassAtLeastMasksK (garbage in one row's high bits; clang -O3 and GCC -O2 are right, and
+// reading all 8 bytes hides it): simd_masks_test and band_walk_test fail then. The library is
+// built at -O2.
 template <class D, class M>
 HWY_INLINE uint64_t MaskWord(D d, M m) {
   constexpr size_t kBytes = (hn::MaxLanes(D()) + 7) / 8;  // <= 8: at most 64 lanes (Tag64)
