@@ -225,9 +225,10 @@ void ValueSectionEncoder::Work(int first) {
 }
 
 // The form: symbol Huffman (codec 2 or 3) unless escapes are many and byte planes are smaller.
-// The code is built from the used symbols alone (ValueTally::SumUsed): an alphabet-sized array,
-// zero-filled, added into and scanned whole, took about a third of this step, which both encode
-// threads wait on.
+// The code is built from the used symbols alone (ValueTally::SumUsed), not from an
+// alphabet-sized array zero-filled, added into and scanned whole: both encode threads wait on
+// this step (the real 4.5 % pair's two tallies, best of 20000: 10.9 us, against 14.8 for the
+// dense way in a harness that also allocated each tally's frequencies).
 void ValueSectionEncoder::Choose() {
   thread_local std::vector<uint32_t> symbols;
   thread_local std::vector<uint64_t> counts;
