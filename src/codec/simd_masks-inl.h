@@ -22,20 +22,24 @@ namespace hn = hwy::HWY_NAMESPACE;
 // the baseline target), unlike std::popcount in code built for baseline x86-64.
 HWY_INLINE int PopCount64(uint64_t x) { return __builtin_popcountll(x); }
 
-// The mask of one vector as the low Lanes(d) bits of a word. The word is read back with the
+// The mask of one vector as the low Lanes(d) bits of a word. On AVX-512 the mask is a mask
+// register, moved into the word with one instruction. Elsewhere the word is read back with the
 // size StoreMaskBits wrote, so the load is forwarded from the store (a wider load would stall).
-// GCC 12 at -O3, or -O2 -fpeel-loops, miscompiles this for 16 lanes of 4-byte elements in
-// ClassAtLeastMasksK (garbage in one row's high bits; clang -O3 and GCC -O2 are right, and
-// reading all 8 bytes hides it): simd_masks_test and band_walk_test fail then. The library is
-// built at -O2.
+// (That round trip through memory was also what GCC 12 at -O3, or -O2 -fpeel-loops, miscompiled
+// on the AVX-512 targets, for 16 lanes of 4-byte elements in ClassAtLeastMasksK: garbage in one
+// row's high bits; simd_masks_test and band_walk_test caught it.)
 template <class D, class M>
 HWY_INLINE uint64_t MaskWord(D d, M m) {
+  const size_t n = hn::Lanes(d);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const uint64_t w = static_cast<uint64_t>(m.raw);  // Highway's AVX-512 masks hold an __mmask
+#else
   constexpr size_t kBytes = (hn::MaxLanes(D()) + 7) / 8;  // <= 8: at most 64 lanes (Tag64)
   uint8_t bytes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   hn::StoreMaskBits(d, m, bytes);
   uint64_t w = 0;
   std::memcpy(&w, bytes, kBytes);
-  const size_t n = hn::Lanes(d);
+#endif
   return n >= 64 ? w : w & ((uint64_t{1} << n) - 1);
 }
 
