@@ -101,33 +101,13 @@ void CanonicalCodes(std::span<const uint8_t> len, const CodeRanges& ranges, uint
 
 HuffmanEncoder::HuffmanEncoder(std::span<const uint64_t> freq) {
   DCR_CHECK(freq.size() <= kHuffmanMaxSymbols);
-  // Only the used symbols are worked on: a payload's values use a few hundred of the 4096. They
-  // are gathered without a branch per symbol (which would mispredict on every used one), eight
-  // symbols at a time, skipping eight unused ones with one test (most of the alphabet is unused),
-  // into this thread's work arrays. With these and LeafDepths' reused (where alphabet-sized
-  // arrays were zero-filled and five allocated per code), the real 4.5 % pair's code of 333
-  // symbols took 9.9 us instead of 11.1, the 0.4 % pair's of 89 2.7 instead of 3.4 (best of
-  // 20000, one thread).
-  thread_local ReusedBuffer<uint32_t> used_buffer;
-  thread_local ReusedBuffer<uint64_t> weight_buffer;
-  const std::span<uint32_t> used_room = used_buffer.Take(freq.size());
-  const std::span<uint64_t> weight_room = weight_buffer.Take(freq.size());
-  size_t u = 0;
-  for (size_t s = 0; s < freq.size(); s += 8) {
-    const size_t end = std::min(s + 8, freq.size());
-    uint64_t any = 0;
-    if (end == s + 8) {  // a whole group: one vector test where the compiler can
-      for (size_t j = 0; j < 8; ++j) any |= freq[s + j];
-    } else {
-      for (size_t j = s; j < end; ++j) any |= freq[j];
-    }
-    if (any == 0) continue;
-    for (size_t j = s; j < end; ++j) {
-      used_room[u] = static_cast<uint32_t>(j), weight_room[u] = freq[j];
-      u += freq[j] > 0;
-    }
-  }
-  Build(static_cast<uint32_t>(freq.size()), used_room.first(u), weight_room.first(u));
+  // For callers holding dense frequencies (tests); payloads build their codes from the used
+  // symbols their tallies list (ValueTally::SumUsed), without an alphabet-sized scan.
+  std::vector<uint32_t> symbols;
+  std::vector<uint64_t> weight;
+  for (size_t s = 0; s < freq.size(); ++s)
+    if (freq[s] > 0) symbols.push_back(static_cast<uint32_t>(s)), weight.push_back(freq[s]);
+  Build(static_cast<uint32_t>(freq.size()), symbols, weight);
 }
 
 HuffmanEncoder::HuffmanEncoder(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> weight) {

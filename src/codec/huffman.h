@@ -22,7 +22,7 @@ class HuffmanEncoder {
   // The same code from the used symbols alone: `symbols` strictly ascending and below
   // `alphabet`, `weight[i]` (> 0) the frequency of symbols[i]; at least one symbol. Equal to the
   // code from the dense frequencies (symbols[i] -> weight[i], zero elsewhere, `alphabet` long),
-  // without an alphabet-sized array to fill and scan.
+  // without an alphabet-sized array to fill and scan: what payloads use.
   HuffmanEncoder(uint32_t alphabet, std::span<const uint32_t> symbols, std::span<const uint64_t> weight);
   // Appends the code table: varint m, then m × varint (symbol gap << 4 | code length).
   void WriteTable(std::vector<uint8_t>* out) const;

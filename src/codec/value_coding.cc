@@ -84,18 +84,13 @@ void ValueTally::Add(std::span<const uint8_t> values, uint32_t width) {
 }
 
 std::vector<uint64_t> ValueTally::Frequencies() const {
+  const ValueTally* const self[] = {this};
+  std::vector<uint32_t> symbols;
+  std::vector<uint64_t> counts;
+  SumUsed(self, &symbols, &counts);
   std::vector<uint64_t> freq(kAlphabet, 0);
-  AddTo(&freq);
+  for (size_t i = 0; i < symbols.size(); ++i) freq[symbols[i]] = counts[i];
   return freq;
-}
-
-void ValueTally::AddTo(std::vector<uint64_t>* freq) const {
-  using value_symbols::kSmallSymbols;
-  for (uint32_t v = 0; v < kSmallSymbols; ++v)
-    (*freq)[v] += small4_[v] + small4_[kSmallSymbols + v] + small4_[2 * kSmallSymbols + v] + small4_[3 * kSmallSymbols + v];
-  for (uint64_t g = large_groups_; g != 0; g &= g - 1)
-    for (uint32_t v = 64 * static_cast<uint32_t>(std::countr_zero(g)), end = v + 64; v < end; ++v)
-      (*freq)[v] += large_[v];
 }
 
 void ValueTally::SumUsed(std::span<const ValueTally* const> tallies, std::vector<uint32_t>* symbols,

@@ -53,19 +53,18 @@ class ValueTally {
   // Each symbol's count (values from kHuffmanMaxSymbols - 1 on count as that escape symbol).
   std::vector<uint64_t> Frequencies() const;
   // The symbols any of `tallies` counted, ascending, into *symbols, and their counts summed over
-  // the tallies into *counts (both replaced): the sum of their Frequencies() without its zeros.
+  // the tallies into *counts (both replaced): the nonzero entries of their summed frequencies.
   // O(256 + 64 per symbol group >= 256 in use), not O(alphabet).
   static void SumUsed(std::span<const ValueTally* const> tallies, std::vector<uint32_t>* symbols,
                       std::vector<uint64_t>* counts);
 
  private:
   friend class ValueSectionEncoder;
-  void AddTo(std::vector<uint64_t>* freq) const;  // freq: kHuffmanMaxSymbols counters
   std::vector<uint64_t> small4_;  // value_symbols::CountSymbols' histograms
   std::vector<uint64_t> large_;
-  // Bit g: large_[64 g .. 64 g + 63] may be nonzero. Clear, AddTo and SumUsed visit only those
-  // groups: a payload's values use a few of the 60 (the 32 KiB histogram was zeroed and read
-  // whole, in the serial part of every two-thread encode).
+  // Bit g: large_[64 g .. 64 g + 63] may be nonzero. Clear and SumUsed visit only those groups:
+  // a payload's values use a few of the 60 (the 32 KiB histogram was zeroed and read whole, in
+  // the serial part of every two-thread encode).
   uint64_t large_groups_ = 0;
   uint64_t values_ = 0, raw_bytes_ = 0, escape_bytes_ = 0;
 };
