@@ -71,8 +71,9 @@ struct TileBandMasks {
   int32_t Before(size_t b, size_t wd) const { return before[b][wd]; }
 };
 
-// Encoder state across tiles: per band, the elements before the tile, the ordinal a change would
-// take with gap 0, and where its next gap goes.
+// Encoder state across tiles: per band, the elements before the tile, the ordinal a change
+// would take with gap 0 counted from the tile's first member (modulo 2^64: it goes below zero
+// once the tile ends), and where its next gap goes.
 struct EncodeCursor {
   BandWords run{}, next{};
   std::array<uint64_t*, kMaxContextBands> out{};
@@ -80,22 +81,23 @@ struct EncodeCursor {
 
 // One tile of `words` words: every change takes its ordinal from the band's members before the
 // tile and before its word and one popcount, with no loop over words. `lookup`: RowsLookup or
-// TileBandMasks.
-template <typename U, typename Lookup>
+// TileBandMasks. kShift/kMask: the class function when known at compile time (BF16), else
+// kMask == 0 and f's.
+template <typename U, int kShift, uint64_t kMask, typename Lookup>
 const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, size_t words,
                            const Lookup& lookup, const std::array<uint8_t, 256>& band_of, const uint32_t* pos,
                            const uint32_t* end, EncodeCursor* cur) {
   const uint64_t tile_end = tile + 64 * words;
   const uint8_t* base = seg.base.data();  // in locals: the stores below might alias the members
-  const int shift = f.shift;
-  const uint64_t class_mask = f.mask;
+  const int shift = kMask != 0 ? kShift : f.shift;
+  const uint64_t class_mask = kMask != 0 ? kMask : f.mask;
   for (; pos != end && *pos < tile_end; ++pos) {
     U v;
     std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
     const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> shift) & class_mask)];
     const uint64_t p = *pos - tile, wd = p >> 6;
     const uint64_t below = lookup.Mask(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
-    const uint64_t ordinal = cur->run[b] + static_cast<uint64_t>(lookup.Before(b, wd) + PopCount64(below));
+    const uint64_t ordinal = static_cast<uint64_t>(lookup.Before(b, wd) + PopCount64(below));  // from the tile's first
     *cur->out[b]++ = ordinal - cur->next[b];
     cur->next[b] = ordinal + 1;
   }
@@ -107,12 +109,15 @@ const uint32_t* EncodeTileAnyWidth(const ContextSegment& seg, const ContextClass
                                    const TileRows& rows, size_t k, TileBandMasks* tb,
                                    const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
                                    EncodeCursor* cur) {
+  const bool bf16 = width == 2 && f.shift == 7 && f.mask == 0xff;
   auto with = [&](const auto& lookup) {
     switch (width) {
-      case 1: return EncodeTile<uint8_t>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      case 2: return EncodeTile<uint16_t>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      case 4: return EncodeTile<uint32_t>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      default: return EncodeTile<uint64_t>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
+      case 1: return EncodeTile<uint8_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
+      case 2:
+        return bf16 ? EncodeTile<uint16_t, 7, 0xff>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur)
+                    : EncodeTile<uint16_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
+      case 4: return EncodeTile<uint32_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
+      default: return EncodeTile<uint64_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
     }
   };
   const uint64_t tile_end = tile + 64 * rows.words;
@@ -147,7 +152,11 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
       LoadTileRows(segs[s], classes, tile, tn, &rows);
       if (pos != end && *pos < tile + tn)
         pos = EncodeTileAnyWidth(segs[s], f, w, tile, rows, k, &tb, band_of, pos, end, &cur);
-      for (size_t b = 0; b < k; ++b) cur.run[b] += static_cast<uint64_t>(rows.BandBefore(b, rows.words));
+      for (size_t b = 0; b < k; ++b) {
+        const auto members = static_cast<uint64_t>(rows.BandBefore(b, rows.words));
+        cur.run[b] += members;
+        cur.next[b] -= members;  // counted from the next tile's first member
+      }
     }
   }
   EncodeWalkEnd done;
