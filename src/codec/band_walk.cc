@@ -397,9 +397,10 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
                         const WalkApply* apply) {
   constexpr bool fast_pdep = kFastPdep;
   // Band-major per tile: each band with changes in the tile marks them in a tile bitmap of
-  // changed elements, either one by one (few changes) or by depositing a bitmap of its changes
-  // among its members in the tile onto its element mask word by word (branch-free); the tile
-  // bitmap then yields the tile's positions in ascending order.
+  // changed elements, either one by one (few changes: found band by band, then all deposited
+  // after the last band, SparseChanges) or by depositing a bitmap of its changes among its
+  // members in the tile onto its element mask word by word (branch-free); the tile bitmap then
+  // yields the tile's positions in ascending order.
   const size_t k = static_cast<size_t>(bands.k);
   // Per band: population before the tile, and ordinals placed. Kept here and stored at the end:
   // `part` may share a cache line with the other thread's part, which it writes as often.
