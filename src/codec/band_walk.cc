@@ -357,33 +357,12 @@ HWY_INLINE uint64_t BitsAt(const uint64_t* bitmap, uint64_t at, int count) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
 // The positions (tile + index) of the set bits of a tile's `words` words, ascending, at `out`,
 // where the walk over set bits mispredicts about once per word; for tiles with at least one
-// change per word. Per word, one byte compress of the indices 0..63 under the word and one
-// widening add and store of its first 16 (more, rarely, from a copy): fewer steps than
-// compressing 16-bit indices per half word and widening them afterwards. Writes up to 16 slots
-// past the last position.
+// change per word. StoreMaskPositions per word: fewer steps than compressing 16-bit indices per
+// half word and widening them afterwards. Writes up to 16 slots past the last position.
 HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, uint32_t tile, uint32_t* out) {
-  static constexpr auto kIota = [] {
-    std::array<uint8_t, 64> a{};
-    for (size_t i = 0; i < 64; ++i) a[i] = static_cast<uint8_t>(i);
-    return a;
-  }();
-  const __m512i iota = _mm512_loadu_si512(kIota.data());
-  for (size_t wd = 0; wd < words; ++wd) {
-    const uint64_t m = hit[wd];
-    const __m512i at = _mm512_set1_epi32(static_cast<int>(tile + 64 * wd));
-    const __m512i idx = _mm512_maskz_compress_epi8(m, iota);
-    _mm512_storeu_si512(out, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(idx)), at));
-    const int n = PopCount64(m);
-    if (n > 16) [[unlikely]] {
-      HWY_ALIGN uint8_t bytes[64];
-      _mm512_store_si512(bytes, idx);
-      for (int k = 16; k < n; k += 16) {
-        const __m128i sixteen = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k));
-        _mm512_storeu_si512(out + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), at));
-      }
-    }
-    out += n;
-  }
+  const __m512i iota = ByteIota();
+  for (size_t wd = 0; wd < words; ++wd)
+    out += StoreMaskPositions(iota, hit[wd], tile + 64 * static_cast<uint32_t>(wd), out);
   return out;
 }
 #endif

@@ -11,7 +11,6 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -80,18 +79,13 @@ HWY_INLINE size_t CompressChanges16(D d16, V ov, V nv, M m, bool is_xor, uint16_
 // The changes among 64 2-byte elements (old o0 and o1, new n0 and n1, 32 lanes each) that m0
 // and m1 mark, in order: their values (XOR of old and new, or new) to v16, their old bits to o16
 // (kOld), their positions at + index to pos. Returns how many. Values and old bits are written
-// as two whole vectors (up to 32 slots after the last change), the positions from one byte
-// compress of the indices 0..63 widened 16 at a time (16 slots at least): one compress fewer per
-// word than two compresses of 16-bit indices, and no widening pass afterwards (the real 4.5 %
-// pair's tiles through DiffExtractTile: 0.84 of the time with old bits, 0.88 without).
+// as two whole vectors (up to 32 slots after the last change), the positions by
+// StoreMaskPositions (up to 16 after the last): one compress fewer per word than two compresses
+// of 16-bit indices, and no widening pass afterwards (the real 4.5 % pair's tiles through
+// DiffExtractTile: 0.84 of the time with old bits, 0.88 without).
 template <bool kOld>
 HWY_INLINE size_t CompressChanges64(__m512i o0, __m512i n0, __m512i o1, __m512i n1, __mmask32 m0, __mmask32 m1,
                                     bool is_xor, uint32_t at, uint16_t* v16, uint16_t* o16, uint32_t* pos) {
-  static constexpr auto kIota = [] {
-    std::array<uint8_t, 64> a{};
-    for (size_t i = 0; i < 64; ++i) a[i] = static_cast<uint8_t>(i);
-    return a;
-  }();
   const size_t first_half = static_cast<size_t>(PopCount64(m0));
   _mm512_storeu_si512(v16, _mm512_maskz_compress_epi16(m0, is_xor ? _mm512_xor_si512(o0, n0) : n0));
   _mm512_storeu_si512(v16 + first_half, _mm512_maskz_compress_epi16(m1, is_xor ? _mm512_xor_si512(o1, n1) : n1));
@@ -99,20 +93,7 @@ HWY_INLINE size_t CompressChanges64(__m512i o0, __m512i n0, __m512i o1, __m512i 
     _mm512_storeu_si512(o16, _mm512_maskz_compress_epi16(m0, o0));
     _mm512_storeu_si512(o16 + first_half, _mm512_maskz_compress_epi16(m1, o1));
   }
-  const __mmask64 m = _mm512_kunpackd(m1, m0);
-  const __m512i index = _mm512_maskz_compress_epi8(m, _mm512_loadu_si512(kIota.data()));
-  const __m512i base = _mm512_set1_epi32(static_cast<int>(at));
-  _mm512_storeu_si512(pos, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(index)), base));
-  const size_t n = static_cast<size_t>(PopCount64(_cvtmask64_u64(m)));
-  if (n > 16) [[unlikely]] {
-    HWY_ALIGN uint8_t bytes[64];
-    _mm512_store_si512(bytes, index);
-    for (size_t k = 16; k < n; k += 16) {
-      const __m128i sixteen = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k));
-      _mm512_storeu_si512(pos + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), base));
-    }
-  }
-  return n;
+  return StoreMaskPositions(ByteIota(), uint64_t{m1} << 32 | m0, at, pos);
 }
 #endif
 

@@ -10,6 +10,7 @@
 
 #include <hwy/highway.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -44,8 +45,8 @@ HWY_INLINE uint64_t MaskWord(D d, M m) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Positions of set mask bits are compressed as 16-bit indices (vpcompressw on AVX3_DL;
-// diff_extract-inl.h) and widened here: a fixed cost per word and no branch on its bits.
+// On AVX3 (without VBMI2), positions of set mask bits are compressed as 16-bit indices
+// (diff_extract-inl.h) and widened here: a fixed cost per word and no branch on its bits.
 // out[k] = at + in[k] for k < n, 16 per step: reads up to 15 entries past in[n) and writes as
 // many past out[n).
 HWY_INLINE void WidenIndices(const uint16_t* in, size_t n, uint32_t at, uint32_t* out) {
@@ -53,6 +54,38 @@ HWY_INLINE void WidenIndices(const uint16_t* in, size_t n, uint32_t at, uint32_t
   const hn::Full256<uint16_t> dh16;
   const auto a = hn::Set(d32, at);
   for (size_t k = 0; k < n; k += 16) hn::StoreU(hn::Add(hn::PromoteTo(d32, hn::LoadU(dh16, in + k)), a), d32, out + k);
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+// The bytes 0..63, for StoreMaskPositions.
+HWY_INLINE __m512i ByteIota() {
+  static constexpr auto kIota = [] {
+    std::array<uint8_t, 64> a{};
+    for (size_t i = 0; i < 64; ++i) a[i] = static_cast<uint8_t>(i);
+    return a;
+  }();
+  return _mm512_loadu_si512(kIota.data());
+}
+
+// out[k] = at + the index of m's k-th set bit, ascending, for k < popcount(m), which it returns:
+// one byte compress of `iota` (ByteIota(), passed in so that a loop loads it once) under m, and
+// a widening add and store of the first 16 (more, rarely, from a copy). Writes whole groups of
+// 16 slots: up to 16 past out[popcount(m)).
+HWY_INLINE size_t StoreMaskPositions(__m512i iota, uint64_t m, uint32_t at, uint32_t* out) {
+  const __m512i index = _mm512_maskz_compress_epi8(m, iota);
+  const __m512i base = _mm512_set1_epi32(static_cast<int>(at));
+  _mm512_storeu_si512(out, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(index)), base));
+  const size_t n = static_cast<size_t>(PopCount64(m));
+  if (n > 16) [[unlikely]] {
+    HWY_ALIGN uint8_t bytes[64];
+    _mm512_store_si512(bytes, index);
+    for (size_t k = 16; k < n; k += 16) {
+      const __m128i sixteen = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k));
+      _mm512_storeu_si512(out + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), base));
+    }
+  }
+  return n;
 }
 #endif
 
