@@ -256,7 +256,8 @@ constexpr uint64_t kSparseVectorMin = 8;
 // Band b's ordinals ord[p, last) below `end` (fewer than kTileWords), each member r0 + local of
 // the tile, into `out`: 32 at a time, the word of each by a branch-free binary search over
 // `before` (BandCountsBefore; six 16-bit permutes and compares for 32 members). Returns the
-// first ordinal not taken. Ordinals past `last` are not read (masked loads).
+// first ordinal not taken. Ordinals past `last` are not read (masked loads; their addresses,
+// up to 31 words past the band's last ordinal, lie in ScratchWords' slack).
 HWY_INLINE uint64_t FindSparseChangesVector(const uint64_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
                                             const int16_t* before, size_t b, SparseChanges* out) {
   static_assert(kTileWords == 64, "one two-register permute spans the counts");

@@ -98,12 +98,15 @@ inline BandWords BandOffsets(const BandWords& counts) {
   return offset;
 }
 
-// A per-thread buffer of at least n words, reused across payloads (by the encoder's and the
-// decoder's band code alike): a fresh buffer of this size (8 bytes per change) would be
-// page-faulted in for every payload.
+// A per-thread buffer of n words, reused across payloads (by the encoder's and the decoder's
+// band code alike): a fresh buffer of this size (8 bytes per change) would be page-faulted in
+// for every payload. kScratchSlackWords more words lie past the span's end: the decoder's vector
+// search forms the addresses of up to 31 ordinals past a band's last (masked loads that read
+// none of them), which must stay within the allocation.
+inline constexpr size_t kScratchSlackWords = 32;
 inline std::span<uint64_t> ScratchWords(uint64_t n) {
   thread_local ReusedBuffer<uint64_t> scratch;
-  return scratch.Take(static_cast<size_t>(n));
+  return scratch.Take(static_cast<size_t>(n) + kScratchSlackWords).first(static_cast<size_t>(n));
 }
 
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
