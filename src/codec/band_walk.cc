@@ -109,12 +109,14 @@ const uint32_t* EncodeTileAnyWidth(const ContextSegment& seg, const ContextClass
                                    const TileRows& rows, size_t k, TileBandMasks* tb,
                                    const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
                                    EncodeCursor* cur) {
-  const bool bf16 = width == 2 && f.shift == 7 && f.mask == 0xff;
+  // BF16 with its shift and mask as constants: GCC spilled them from the per-change loop.
+  const bool bf16 = width == 2 && f.shift == kBF16Class.shift && f.mask == kBF16Class.mask;
   auto with = [&](const auto& lookup) {
     switch (width) {
       case 1: return EncodeTile<uint8_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
       case 2:
-        return bf16 ? EncodeTile<uint16_t, 7, 0xff>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur)
+        return bf16 ? EncodeTile<uint16_t, kBF16Class.shift, kBF16Class.mask>(seg, f, tile, rows.words, lookup, band_of,
+                                                                            pos, end, cur)
                     : EncodeTile<uint16_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
       case 4: return EncodeTile<uint32_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
       default: return EncodeTile<uint64_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);

@@ -42,7 +42,7 @@ void ForEachClassed(std::span<const ContextSegment> segs, Fn&& fn) {
 
 ContextClassFn ContextClassFor(DType t) {
   switch (t) {
-    case DType::kBF16: return {7, 0xff};
+    case DType::kBF16: return kBF16Class;
     case DType::kF16: return {10, 0x1f};
     case DType::kF32: return {23, 0xff};
     case DType::kF64: return {55, 0xff};

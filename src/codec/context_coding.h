@@ -29,6 +29,8 @@ struct ContextClassFn {
   uint64_t mask = 0;
 };
 ContextClassFn ContextClassFor(DType t);
+// BF16's class, which ContextClassFor returns and the band encoder's BF16 fast path compiles in.
+inline constexpr ContextClassFn kBF16Class{7, 0xff};
 
 struct ContextSegment {
   DType dtype = DType::kU8;

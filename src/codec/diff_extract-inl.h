@@ -108,7 +108,8 @@ template <bool kOld>
 HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t count,
                                  size_t differ, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val,
                                  uint8_t* old) {
-  constexpr size_t kMaxCount = 4096;  // the 16-bit positions of a run, and the buffer below
+  // The 16-bit positions and buffer of the path without VBMI2; runs (tiles) never exceed it.
+  constexpr size_t kMaxCount = 4096;
   const size_t full = count / 64;
   if (differ < full || count > kMaxCount)
     return ExtractWordsScalar<uint16_t, kOld>(base, next, masks, 0, count, is_xor, first, pos, val, old);
@@ -163,7 +164,8 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
 template <bool kOld>
 HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t count, bool is_xor, uint32_t first,
                                 uint32_t* pos, uint8_t* val, uint8_t* old) {
-  constexpr size_t kMaxCount = 4096;  // 16-bit indices, and the buffer below
+  // The 16-bit indices and buffer of the path without VBMI2; count never exceeds it (a tile).
+  constexpr size_t kMaxCount = 4096;
   const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
   const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
   uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
