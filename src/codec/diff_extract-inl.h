@@ -108,7 +108,8 @@ template <bool kOld>
 HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const uint64_t* masks, size_t count,
                                  size_t differ, bool is_xor, uint32_t first, uint32_t* pos, uint8_t* val,
                                  uint8_t* old) {
-  // The 16-bit positions and buffer of the path without VBMI2; runs (tiles) never exceed it.
+  // The 16-bit positions and buffer of the path without VBMI2 bound a run; a longer one takes
+  // the scalar walk (the diff's runs are tiles, which never are longer).
   constexpr size_t kMaxCount = 4096;
   const size_t full = count / 64;
   if (differ < full || count > kMaxCount)
