@@ -165,15 +165,13 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
 template <bool kOld>
 HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t count, bool is_xor, uint32_t first,
                                 uint32_t* pos, uint8_t* val, uint8_t* old) {
-  // The 16-bit indices and buffer of the path without VBMI2; count never exceeds it (a tile).
-  constexpr size_t kMaxCount = 4096;
   const uint16_t* a = reinterpret_cast<const uint16_t*>(base);
   const uint16_t* b = reinterpret_cast<const uint16_t*>(next);
   uint16_t* v16 = reinterpret_cast<uint16_t*>(val);
   uint16_t* o16 = reinterpret_cast<uint16_t*>(old);
   size_t done = 0;
 #if HWY_TARGET <= HWY_AVX3_DL
-  const size_t whole = std::min(count, kMaxCount) / 64 * 64;
+  const size_t whole = count / 64 * 64;
   for (size_t i = 0; i < whole; i += 64) {
     const __m512i o0 = _mm512_loadu_si512(a + i), n0 = _mm512_loadu_si512(b + i);
     const __m512i o1 = _mm512_loadu_si512(a + i + 32), n1 = _mm512_loadu_si512(b + i + 32);
@@ -182,6 +180,7 @@ HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t
                                     pos + done);
   }
 #else
+  constexpr size_t kMaxCount = 4096;  // the 16-bit indices and their buffer; count never exceeds it (a tile)
   const hn::Full512<uint16_t> d16;
   const size_t lanes = hn::Lanes(d16);
   HWY_ALIGN uint16_t local[kMaxCount + 64];  // the indices, and room for a whole vector past them
