@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -321,6 +322,32 @@ TEST(ClaimableTask, AChainRunsEachStepOnceAndThreadsShareIt) {
   }
 }
 
+
+TEST(TwoEndedClaims, EachIndexOnceTheFrontAscendingTheBackDescending) {
+  TwoEndedClaims one(2, 6);  // [2, 6) alone, taken by one thread from both ends
+  EXPECT_EQ(one.Take(false), 2u);
+  EXPECT_EQ(one.Take(true), 5u);
+  EXPECT_EQ(one.Take(true), 4u);
+  EXPECT_EQ(one.Take(false), 3u);
+  EXPECT_EQ(one.Take(false), std::nullopt);
+  EXPECT_EQ(one.Take(true), std::nullopt);
+  EXPECT_EQ(TwoEndedClaims(0).Take(false), std::nullopt);
+  // Two threads at once: together every index exactly once, each its own end in order, the
+  // front's all below the back's.
+  for (int round = 0; round < 200; ++round) {
+    constexpr uint32_t kN = 1000;
+    TwoEndedClaims claims(kN);
+    std::vector<uint32_t> taken[2];
+    std::thread back([&] {
+      while (auto i = claims.Take(true)) taken[1].push_back(*i);
+    });
+    while (auto i = claims.Take(false)) taken[0].push_back(*i);
+    back.join();
+    ASSERT_EQ(taken[0].size() + taken[1].size(), kN) << "round " << round;
+    for (size_t k = 0; k < taken[0].size(); ++k) ASSERT_EQ(taken[0][k], k);
+    for (size_t k = 0; k < taken[1].size(); ++k) ASSERT_EQ(taken[1][k], kN - 1 - k);
+  }
+}
 TEST(MappedFile, WritesThroughAndAtomicWriteReplaces) {
   auto dir = std::filesystem::temp_directory_path() / ("dcr_base_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -64,6 +66,29 @@ class ClaimOnce {
 
  private:
   std::atomic<bool> taken_{false};
+};
+
+// Indices [0, n) shared by two threads, one taking them from the front (ascending), the other
+// from the back (descending), until they meet: each index is taken exactly once, and what each
+// thread makes of its indices lies together, at one end.
+class TwoEndedClaims {
+ public:
+  explicit TwoEndedClaims(uint32_t n) : ends_(n) {}
+  // Indices [begin, end) only.
+  TwoEndedClaims(uint32_t begin, uint32_t end) : ends_(uint64_t{begin} << 32 | end) {}
+  // The next index from the back (descending) or else the front; none when all are taken.
+  std::optional<uint32_t> Take(bool from_back) {
+    uint64_t ends = ends_.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = ends >> 32, back = ends & 0xffffffffu;
+      if (front >= back) return std::nullopt;
+      if (ends_.compare_exchange_weak(ends, from_back ? ends - 1 : ends + (uint64_t{1} << 32), std::memory_order_relaxed))
+        return static_cast<uint32_t>(from_back ? back - 1 : front);
+    }
+  }
+
+ private:
+  std::atomic<uint64_t> ends_;  // front << 32 | back: [front, back) not taken yet
 };
 
 // A step that either of two threads may do, done once by whichever claims it first. Its result

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -102,18 +103,18 @@ class BandedEncode {
     const SecondPartWalker walker = helper ? GetSecondPartWalkerForTests() : SecondPartWalker::kCallerWalksOn;
     helper_path_ = walker == SecondPartWalker::kHelperPath;
     caller_all_ = walker == SecondPartWalker::kCallerWalksOn;
-    if (helper_path_) next_part_.store(1);  // the helper takes every part but the first
+    // The helper takes every part but the first on kHelperPath.
+    part_claims_.emplace(helper_path_ ? 1 : 0, static_cast<uint32_t>(parts_));
   }
 
-  // The helper's share: `filler` and, if the caller is still fitting the bands, `also`; then
-  // parts while any is left, then `also` if still unclaimed.
-  void Help(ClaimableTask* filler, ClaimableTask* also) {
-    if (filler != nullptr) (void)filler->RunIfUnclaimed();
+  // The helper's share: `also` if the caller is still fitting the bands; then parts while any
+  // is left, then `also` if still unclaimed.
+  void Help(ClaimableTask* also) {
     // The fit is the calling thread's alone: take `also` now rather than wait for it.
     if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunIfUnclaimed();
     if (!caller_all_) {
       YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
-      TakeParts();
+      TakeParts(/*from_back=*/true);
     }
     if (also != nullptr) (void)also->RunIfUnclaimed();
   }
@@ -133,7 +134,7 @@ class BandedEncode {
     if (helper_path_)
       CodeOne(0);
     else
-      TakeParts();
+      TakeParts(/*from_back=*/false);
     // Then `also`, whether or not the helper still codes a part: a chain of steps, each taken by
     // one thread, so the two threads share it. (Taken only while the helper still coded, `also`
     // was left to the helper alone whenever it finished its part first, and this thread then
@@ -144,8 +145,11 @@ class BandedEncode {
   }
 
  private:
-  void TakeParts() {
-    for (size_t p; (p = next_part_.fetch_add(1, std::memory_order_relaxed)) < parts_;) CodeOne(p);
+  // The calling thread takes parts from the front, the helper from the back: the threads
+  // diffed the payload's segments so (EncodePlannedPayload), and each then reads the positions
+  // it wrote (which its cache holds, and which the next payload's diff will overwrite cheaply).
+  void TakeParts(bool from_back) {
+    for (std::optional<uint32_t> p; (p = part_claims_->Take(from_back));) CodeOne(*p);
   }
   // Gaps go to this thread's scratch buffer (room for every change, band b's from offset_[b]).
   void CodeOne(size_t p) {
@@ -164,7 +168,8 @@ class BandedEncode {
   CodedPart* coded_ = nullptr;
   bool helper_path_ = false, caller_all_ = false;
   std::atomic<bool> fitted_{false};
-  std::atomic<size_t> next_part_{0}, coded_parts_{0};
+  std::optional<TwoEndedClaims> part_claims_;
+  std::atomic<size_t> coded_parts_{0};
   FittedBands fit_;
   BandWords offset_{};
 };
@@ -177,12 +182,12 @@ bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads) {
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* also,
-                           ClaimableTask* filler, const FitCounts* counted, bool split_rice) {
+                           const FitCounts* counted, bool split_rice) {
   const bool helper = EncodeUsesHelper(segs, threads);
   BandedEncode encode(segs, positions, part_elements, helper, counted, split_rice);
   if (helper) {
     auto side = [&] {
-      encode.Help(filler, also);
+      encode.Help(also);
       return Status::Ok();
     };
     auto main = [&] {
@@ -199,17 +204,11 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     encode.Main(out, nullptr);
     return Status::Ok();
   };
-  if (threads < 2 || (also == nullptr && filler == nullptr)) {
+  if (threads < 2 || also == nullptr) {
     (void)encode_whole();
     return;
   }
-  (void)OfferToHelper(
-      [&] {
-        if (filler != nullptr) (void)filler->RunIfUnclaimed();
-        if (also != nullptr) (void)also->RunIfUnclaimed();
-        return Status::Ok();
-      },
-      encode_whole);
+  (void)OfferClaimable(*also, encode_whole);
 }
 
 }  // namespace dcr

@@ -70,7 +70,8 @@ void PayloadBuilder::CountFitAhead(uint64_t planned_elements) {
 }
 
 void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base,
-                                std::span<const uint8_t> coded_locations, Changes held) {
+                                std::span<const uint8_t> coded_locations, Changes held,
+                                std::optional<uint64_t> plain_at_least) {
   const bool kept = held == Changes::kKeptUntilFinish;
   const uint32_t w = DTypeWidth(spec.dtype);
   DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
@@ -91,6 +92,10 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
       loc_raw_.insert(loc_raw_.end(), coded_locations.begin(), coded_locations.end());
   } else {
     DCR_CHECK(coded_locations.empty());
+    if (options_.context == EncodeOptions::Context::kWhenSmaller)  // kAlways never weighs the plain code
+      plain_at_least_ += plain_at_least.has_value()
+                             ? *plain_at_least
+                             : LocationCodeBytesLowerBound(changes.positions, spec.count, options_.block_log2);
     context_segments_.push_back({spec.dtype, base});
     if (!kept) positions_.insert(positions_.end(), changes.positions.begin(), changes.positions.end());
     position_ends_.push_back(positions_.size());
@@ -116,15 +121,6 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
                                                        : kept_positions_[i]);
       from = end;
     }
-    // A lower bound of the plain code's size (O(changes)), for the choice below: the helper may
-    // take it while this thread fits the bands.
-    uint64_t plain_at_least = 0;
-    ClaimableTask plain_bound([&] {
-      for (size_t i = 0; i < context_segments_.size(); ++i)
-        plain_at_least += LocationCodeBytesLowerBound(per_segment[i], context_segments_[i].elements(), options_.block_log2);
-      return Status::Ok();
-    });
-    const bool plain_possible = options_.context != EncodeOptions::Context::kAlways;
     context_raw_.clear();
     const FitCounts* counted = nullptr;
     if (count_ahead_) {
@@ -133,8 +129,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       counted = &fit_counts_;
     }
     EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also,
-                          plain_possible ? &plain_bound : nullptr, counted, options_.split_rice);
-    if (plain_possible) (void)plain_bound.RunIfUnclaimed();
+                          counted, options_.split_rice);
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
     uint64_t loc_bound = 0;
@@ -142,7 +137,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       loc_bound += MaxLocationBytes(seg.elements(), options_.block_log2);
     // The plain code's exact size only when the cheap lower bound does not already decide.
     auto smaller_than_plain = [&] {
-      if (context_raw_.size() < plain_at_least) return true;
+      if (context_raw_.size() < plain_at_least_) return true;
       uint64_t plain_bytes = 0;
       for (size_t i = 0; i < context_segments_.size(); ++i)
         plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].elements(), options_.block_log2);
@@ -170,6 +165,7 @@ void PayloadBuilder::Reset() {
   context_segments_.clear();
   positions_.clear();
   position_ends_.clear();
+  plain_at_least_ = 0;
   segments_ = 0;
   changed_ = 0;
   count_ahead_ = false;
@@ -206,11 +202,13 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
                             (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
   // Shared, the value section is two chained tasks: a thread done with its location work
-  // takes the stages (each stream's counts and bits) the other has not.
+  // takes the stages (each stream's counts and bits) the other has not. The helper usually
+  // claims the first, and a two-thread diff has the helper diff the back of the payload
+  // (EncodePlannedPayload): so the first prefers share 1, the values that thread wrote.
   std::optional<ValueSectionEncoder> values;
   if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min, false, tallies);
-  ClaimableTask values_second([&] { return values->Work(1), Status::Ok(); });
-  ClaimableTask values_task([&] { return values->Work(0), Status::Ok(); });
+  ClaimableTask values_second([&] { return values->Work(0), Status::Ok(); });
+  ClaimableTask values_task([&] { return values->Work(1), Status::Ok(); });
   values_task.Then(&values_second);
   mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
   // Room for the whole payload at once (the value section is at most about its raw bytes, as

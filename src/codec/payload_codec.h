@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -113,8 +114,13 @@ class PayloadBuilder {
   // spec.count, options.block_log2) made beforehand (by another thread): it is appended as is.
   // With kKeptUntilFinish the caller keeps `changes` unchanged until Finish returns, and its
   // positions and values are read where they are instead of copied (the bytes are the same).
+  // Unless context is kNever, `plain_at_least`, if given, must be
+  // LocationCodeBytesLowerBound(changes.positions, spec.count, options.block_log2) made
+  // beforehand (by the thread that diffed the segment, while its positions are in that thread's
+  // cache); else AddChanges computes it. Finish weighs the context code against their sum.
   void AddChanges(const SegmentSpec& spec, const ChangeSet& changes, std::span<const uint8_t> base = {},
-                  std::span<const uint8_t> coded_locations = {}, Changes held = Changes::kCopied);
+                  std::span<const uint8_t> coded_locations = {}, Changes held = Changes::kCopied,
+                  std::optional<uint64_t> plain_at_least = std::nullopt);
 
   // Context mode's band fit samples every segment's old bits (band_fit.h). By default Finish
   // counts them all, when the payload's diff has moved most of them out of cache. A caller that
@@ -165,6 +171,7 @@ class PayloadBuilder {
   std::vector<size_t> position_ends_;
   std::vector<std::span<const uint32_t>> kept_positions_;
   std::vector<uint8_t> context_raw_;
+  uint64_t plain_at_least_ = 0;  // context mode possible: the segments' plain-code lower bounds, summed
   ValueTally value_tally_;                          // AddDiff's
   std::vector<const ValueTally*> handed_tallies_;  // AddValueTally's
   bool count_ahead_ = false;  // CountFitAhead was called for this payload
