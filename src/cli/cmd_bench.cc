@@ -90,57 +90,65 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Decode + apply of every payload into an in-memory copy of the base (*work, the base's bytes
-// copied over it again for each call: a receiver's replica stays mapped from refit to refit),
-// then a bit-exact check against the new checkpoint. Excludes the O(model) base-digest check
-// and fsync of `dcr apply`. Context mode reads the old bits from that copy, as a receiver reads
-// its replica: each payload is decoded before it is applied, and payloads cover disjoint
+// Decode + apply of every payload into an in-memory replica of the base (*replica, which holds
+// the base's bytes on entry and again on return: a receiver's replica stays mapped from refit to
+// refit), then a bit-exact check against the new checkpoint. Excludes the O(model) base-digest
+// check and fsync of `dcr apply`. Context mode reads the old bits from the replica, as a receiver
+// reads its own: each payload is decoded before it is applied, and payloads cover disjoint
 // elements, so every payload sees only old bits in its own segments whatever the thread count.
-// The timed pass follows an untimed one (then the copy and the scan): the decoder's steady
-// state, as a receiver decoding payload after payload runs, not its state right after this
-// repetition's encode, which evicted its code, predictor state and buffers (the 4.5 % real
-// pair, two threads: 9.75-9.79 GB/s without, 12.2-12.3 with, the scan unchanged).
+// The replica goes back to the base by applying `reverse` (the delta from next to base, in the
+// same codec), untimed: a refit as a receiver's previous one left it, each line written last by
+// the thread that applies the same elements' changes now (the parts and value shares are cut at
+// the same places). Copying the base over it instead, on one thread, left half the lines in the
+// other core's cache, where a store costs several times more than to a core's own line (the 4.5 %
+// real pair, two threads: decode+apply 1.1x (context) and 1.35x (plain) as long).
+// The timed pass follows an untimed one (then the scan): the decoder's steady state, as a
+// receiver decoding payload after payload runs, not its state right after this repetition's
+// encode, which evicted its code, predictor state and buffers (the 4.5 % real pair, two threads:
+// 9.75-9.79 GB/s without, 12.2-12.3 with, the scan unchanged).
 // *scan_s: a scan of the pair run right before the timed decode, its reference: on a virtual
 // machine a CPU back from idle (the encode's fsync) runs the next milliseconds markedly slower
 // (one-thread decode+apply of the 4.8 % pair: median 0.77 ms after a 2 ms sleep, 0.46-0.52
 // without), so a ratio is only fair between runs in the same state.
-Result<double> DecodeApplySeconds(const DeltaReader& delta, const Checkpoint& base, const Checkpoint& next,
-                                  int threads, bool cold, std::vector<std::vector<uint8_t>>* replica, double* scan_s) {
+Result<double> DecodeApplySeconds(const DeltaReader& delta, const DeltaReader& reverse, const Checkpoint& base,
+                                  const Checkpoint& next, int threads, bool cold,
+                                  std::vector<std::vector<uint8_t>>* replica, double* scan_s) {
   std::vector<std::vector<uint8_t>>& work = *replica;
-  work.resize(base.tensors().size());
-  auto copy_base = [&] {
-    for (size_t i = 0; i < work.size(); ++i) work[i].assign(base.tensors()[i].bytes.begin(), base.tensors()[i].bytes.end());
-  };
-  const size_t np = delta.header().payloads.size();
   BaseLookup lookup = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
     if (s.tensor_index >= work.size()) return Corrupt("tensor index out of range");
     const uint64_t w = DTypeWidth(s.dtype);
     if ((s.start + s.count) * w > work[s.tensor_index].size()) return Corrupt("segment outside its tensor");
     return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
-  const int per_payload = ThreadsPerItem(np, threads);
-  auto decode_apply = [&] {
+  auto decode_apply = [&](const DeltaReader& d) {
+    const size_t np = d.header().payloads.size();
+    const int per_payload = ThreadsPerItem(np, threads);
     return ParallelFor(np, threads, [&](size_t i) {
       thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
-      return DecodeApplyTablePayload(delta, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
+      return DecodeApplyTablePayload(d, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
                                      per_payload);
     });
   };
-  copy_base();
-  DCR_RETURN_IF_ERROR(decode_apply());  // untimed
-  copy_base();
+  auto matches = [&](const Checkpoint& c) -> Status {
+    for (size_t i = 0; i < work.size(); ++i)
+      if (!std::equal(work[i].begin(), work[i].end(), c.tensors()[i].bytes.begin()))
+        return Internal("bench: decode+apply did not reproduce tensor '" + c.tensors()[i].name() + "' of " + c.path());
+    return Status::Ok();
+  };
+  DCR_RETURN_IF_ERROR(decode_apply(delta));  // untimed
+  DCR_RETURN_IF_ERROR(decode_apply(reverse));
   if (cold) EvictCheckpoint(base), EvictCheckpoint(next);
   *scan_s = ScanSeconds(base, next, threads);
   if (cold) {
     for (const auto& w : work) EvictFromCaches(w);
-    for (size_t i = 0; i < np; ++i) EvictFromCaches(delta.PayloadBytes(i));
+    for (size_t i = 0; i < delta.header().payloads.size(); ++i) EvictFromCaches(delta.PayloadBytes(i));
   }
   auto t0 = Clock::now();
-  DCR_RETURN_IF_ERROR(decode_apply());
+  DCR_RETURN_IF_ERROR(decode_apply(delta));
   double t = SecondsSince(t0);
-  for (size_t i = 0; i < work.size(); ++i)
-    if (!std::equal(work[i].begin(), work[i].end(), next.tensors()[i].bytes.begin()))
-      return Internal("bench: decode+apply did not reproduce tensor '" + next.tensors()[i].name() + "'");
+  DCR_RETURN_IF_ERROR(matches(next));
+  DCR_RETURN_IF_ERROR(decode_apply(reverse));  // the base again, for the next repetition
+  DCR_RETURN_IF_ERROR(matches(base));
   return t;
 }
 
@@ -150,7 +158,18 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
   DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(b));
   PairResult r;
   const std::string out = tmp + "/bench.dcr";
-  std::vector<std::vector<uint8_t>> replica;  // DecodeApplySeconds' copy of the base
+  // The delta back from next to base (untimed), which DecodeApplySeconds applies to restore
+  // its replica; the replica starts as a copy of the base.
+  const std::string back = tmp + "/bench-reverse.dcr";
+  {
+    DiffOptions o;
+    o.threads = args.threads;
+    o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
+    DCR_RETURN_IF_ERROR(DiffCheckpoints(next, base, back, o).status());
+  }
+  DCR_ASSIGN_OR_RETURN(DeltaReader reverse, DeltaReader::Open(back));
+  std::vector<std::vector<uint8_t>> replica(base.tensors().size());
+  for (size_t i = 0; i < replica.size(); ++i) replica[i].assign(base.tensors()[i].bytes.begin(), base.tensors()[i].bytes.end());
   for (int rep = 0; rep < args.repeat; ++rep) {
     if (args.cold) EvictCheckpoint(base), EvictCheckpoint(next);
     const double scan_s = ScanSeconds(base, next, args.threads);
@@ -172,8 +191,8 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
       r.context_payloads += NeedsOldBits(layout.mode);
     }
     double scan_before_apply_s = 0;
-    DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, base, next, args.threads, args.cold, &replica,
-                                                            &scan_before_apply_s));
+    DCR_ASSIGN_OR_RETURN(double apply_s, DecodeApplySeconds(delta, reverse, base, next, args.threads, args.cold,
+                                                            &replica, &scan_before_apply_s));
     r.apply_scan_s = std::min(r.apply_scan_s, scan_before_apply_s);
     r.apply_s = std::min(r.apply_s, apply_s);
     r.apply_vs_scan.push_back(scan_before_apply_s / apply_s);
@@ -272,7 +291,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
       "both inputs measured in the same run, with the ratios: of the best times, and the median over\n"
       "repetitions of each repetition's own ratio (steadier where the machine's speed drifts). Each timed\n"
       "decode+apply follows an untimed one (a receiver's steady state, decoding payload after payload, not\n"
-      "the state the repetition's encode leaves) and is checked bit-exact.");
+      "the state the repetition's encode leaves) and is checked bit-exact. Between passes the in-memory\n"
+      "replica goes back to the older checkpoint through the reverse delta (encoded once, untimed), as a\n"
+      "receiver's previous refit leaves it.");
   codec->add_option("FILES", args->files, "checkpoints in trajectory order");
   codec->add_option("--codec", args->codec, "plain, ctx or both")->check(CLI::IsMember({"plain", "ctx", "both"}))->capture_default_str();
   codec->add_option("--threads", args->threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
