@@ -76,14 +76,16 @@ enum class BandedForm : uint8_t { kOnePart, kParts, kPartsSplitRice };
 // segment's, made beforehand with any stride by FitCounter, band_fit.h: the code is then a
 // function of those counts instead of FitSampleStride(segs)'s), else the calling thread makes
 // them. With threads >= 2 and at least kSplitWalkMinElements elements, a helper thread runs
-// `also` (other work of the same payload) while the calling thread fits the bands, then takes
-// parts; the calling thread takes parts, then `also` (the steps the helper has not). Each step
-// is done once, by whichever thread claims it first. `also` may still be unclaimed on return;
-// the caller runs it then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only runs
+// `early` (or without it `also`: other work of the same payload) while the calling thread fits
+// the bands, then takes parts from the back, then `also`; the calling thread takes parts from
+// the front, then `also` (the steps the helper has not). Each step is done once, by whichever
+// thread claims it first. `early` and `also` may still be unclaimed on return; the caller runs
+// them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only runs `early` and
 // `also`. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
-                           ClaimableTask* also = nullptr, const FitCounts* counted = nullptr, bool split_rice = true);
+                           ClaimableTask* early = nullptr, ClaimableTask* also = nullptr,
+                           const FitCounts* counted = nullptr, bool split_rice = true);
 
 // Whether EncodeBandedLocations uses a second thread for these segments.
 bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads);

@@ -107,11 +107,12 @@ class BandedEncode {
     part_claims_.emplace(helper_path_ ? 1 : 0, static_cast<uint32_t>(parts_));
   }
 
-  // The helper's share: `also` if the caller is still fitting the bands; then parts while any
-  // is left, then `also` if still unclaimed.
-  void Help(ClaimableTask* also) {
-    // The fit is the calling thread's alone: take `also` now rather than wait for it.
-    if (also != nullptr && !fitted_.load(std::memory_order_acquire)) (void)also->RunIfUnclaimed();
+  // The helper's share: `early` (else `also`) if the caller is still fitting the bands; then
+  // parts while any is left, then `also` if still unclaimed.
+  void Help(ClaimableTask* early, ClaimableTask* also) {
+    // The fit is the calling thread's alone: take other work now rather than wait for it.
+    ClaimableTask* meanwhile = early != nullptr ? early : also;
+    if (meanwhile != nullptr && !fitted_.load(std::memory_order_acquire)) (void)meanwhile->RunIfUnclaimed();
     if (!caller_all_) {
       YieldUntil([&] { return fitted_.load(std::memory_order_acquire); });
       TakeParts(/*from_back=*/true);
@@ -181,13 +182,13 @@ bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads) {
 }
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-                           std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* also,
-                           const FitCounts* counted, bool split_rice) {
+                           std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* early,
+                           ClaimableTask* also, const FitCounts* counted, bool split_rice) {
   const bool helper = EncodeUsesHelper(segs, threads);
   BandedEncode encode(segs, positions, part_elements, helper, counted, split_rice);
   if (helper) {
     auto side = [&] {
-      encode.Help(also);
+      encode.Help(early, also);
       return Status::Ok();
     };
     auto main = [&] {
@@ -204,11 +205,17 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     encode.Main(out, nullptr);
     return Status::Ok();
   };
-  if (threads < 2 || also == nullptr) {
+  if (threads < 2 || (early == nullptr && also == nullptr)) {
     (void)encode_whole();
     return;
   }
-  (void)OfferClaimable(*also, encode_whole);
+  (void)OfferToHelper(
+      [&] {
+        if (early != nullptr) (void)early->RunIfUnclaimed();
+        if (also != nullptr) (void)also->RunIfUnclaimed();
+        return Status::Ok();
+      },
+      encode_whole);
 }
 
 }  // namespace dcr

@@ -174,6 +174,34 @@ TEST(ValueStreams, TalliedValuesCodeToTheSameBytes) {
   }
 }
 
+// Work(first, own_streams_only) codes the counts, the choice and share `first`'s streams only;
+// the other share's streams are left to a later Work (here on this thread, or on another at once),
+// and the section is the bytes of a one-thread encode either way, counted or tallied.
+TEST(ValueStreams, OwnStreamsFirstThenTheRestGiveTheSameBytes) {
+  const Values v = MakeValues({{2, 30000}, {1, 999}, {4, 5000}}, 12);
+  std::vector<uint8_t> want;
+  ASSERT_EQ(EncodeValues(v.runs, 3, &want, 1, 1000), ValueCodec::kHuffmanStreams);
+  ValueTally whole;
+  for (const ValueRun& r : v.runs) whole.Add(r.bytes, r.width);
+  const ValueTally* const tallied[] = {&whole};
+  for (std::span<const ValueTally* const> tallies : {std::span<const ValueTally* const>(), std::span<const ValueTally* const>(tallied)})
+    for (int own : {0, 1})
+      for (bool rest_on_another_thread : {false, true}) {
+        ValueSectionEncoder e(v.runs, 3, 1000, false, tallies);
+        e.Work(own, /*own_streams_only=*/true);
+        if (rest_on_another_thread) {
+          std::thread t([&] { e.Work(1 - own); });
+          t.join();
+        } else {
+          e.Work(1 - own);
+        }
+        std::vector<uint8_t> got;
+        EXPECT_EQ(e.Write(&got), ValueCodec::kHuffmanStreams);
+        EXPECT_EQ(got, want) << "own share " << own << ", " << tallies.size() << " tallies, rest on another thread "
+                             << rest_on_another_thread;
+      }
+}
+
 // Two streams decode at a time (their lookups interleaved) where their runs' widths agree: codes
 // longer than the 10-bit lookup window, escapes and width changes at different points in the
 // two streams all give the values back, on one thread and on two.

@@ -111,7 +111,7 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
 
 // Fills loc_raw_ with the payload's location code and returns its mode: context mode when allowed
 // and smaller (both location codes are near-incompressible, so their raw sizes decide).
-CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
+CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also) {
   if (options_.context != EncodeOptions::Context::kNever) {
     std::vector<std::span<const uint32_t>> per_segment;
     size_t from = 0;
@@ -128,7 +128,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* also) {
       DCR_CHECK(fit_counts_.elements == TotalElements(context_segments_));  // each segment counted once
       counted = &fit_counts_;
     }
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, also,
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, early, also,
                           counted, options_.split_rice);
     // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
     // code could exceed it, so even kAlways keeps plain mode then.
@@ -201,16 +201,19 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   // code was made segment by segment in AddChanges, and nothing here would overlap the values.
   const bool share_values = threads >= 2 && options_.context != EncodeOptions::Context::kNever &&
                             (changed_ >= kConcurrentSectionsMinChanges || EncodeUsesHelper(context_segments_, threads));
-  // Shared, the value section is two chained tasks: a thread done with its location work
-  // takes the stages (each stream's counts and bits) the other has not. The helper usually
-  // claims the first, and a two-thread diff has the helper diff the back of the payload
-  // (EncodePlannedPayload): so the first prefers share 1, the values that thread wrote.
+  // Shared, the value section is two tasks. The helper takes the early one while the calling
+  // thread fits the bands: the counts, the choice of code and share 1's streams, the values it
+  // wrote (a two-thread diff has the helper diff the back of the payload, EncodePlannedPayload).
+  // The other, every stage still unclaimed, goes to whichever thread is done with its parts
+  // first, or to both (each stage to one): share 0's streams were the calling thread's to write.
+  // (With the helper coding every stream before its part, the calling thread's part ended
+  // ~27 us before the helper's, and two-thread encodes of the real 4.5-4.8 % pairs took
+  // 1.04-1.08x as long: medians of 3000.)
   std::optional<ValueSectionEncoder> values;
   if (share_values) values.emplace(runs_, options_.zstd_level, options_.value_streams_min, false, tallies);
-  ClaimableTask values_second([&] { return values->Work(0), Status::Ok(); });
-  ClaimableTask values_task([&] { return values->Work(1), Status::Ok(); });
-  values_task.Then(&values_second);
-  mode = ChooseLocationCode(threads, share_values ? &values_task : nullptr);
+  ClaimableTask values_early([&] { return values->Work(1, /*own_streams_only=*/true), Status::Ok(); });
+  ClaimableTask values_rest([&] { return values->Work(0), Status::Ok(); });
+  mode = ChooseLocationCode(threads, share_values ? &values_early : nullptr, share_values ? &values_rest : nullptr);
   // Room for the whole payload at once (the value section is at most about its raw bytes, as
   // planes, plus its tables): growing by doubling copied it and touched up to twice the pages,
   // and fresh pages are what a payload's output costs most on a machine with slow page faults.
@@ -223,7 +226,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   };
   if (share_values) {
     store_locations();
-    (void)values_task.RunIfUnclaimed();
+    (void)values_rest.RunIfUnclaimed();  // every stage no thread has claimed: Write waits for them all
     val_codec = values->Write(out);
   } else {
     // A helper starts on the values (with their counts taken ahead, the choice of code) while

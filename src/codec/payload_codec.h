@@ -154,8 +154,9 @@ class PayloadBuilder {
   void Reset();
 
  private:
-  // With threads >= 2, EncodeBandedLocations's helper may run `also` (the value section).
-  CodecMode ChooseLocationCode(int threads, ClaimableTask* also);
+  // With threads >= 2, EncodeBandedLocations's helper may run `early` and `also` (the value
+  // section's steps).
+  CodecMode ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also);
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: copied values, segment after segment

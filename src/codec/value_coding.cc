@@ -190,7 +190,7 @@ bool ValueSectionEncoder::Takes(ClaimOnce& stage, size_t share, int first) {
   return stage.Claim();
 }
 
-void ValueSectionEncoder::Work(int first) {
+void ValueSectionEncoder::Work(int first, bool own_streams_only) {
   DCR_CHECK(first == 0 || first == 1);
   const size_t order[2] = {static_cast<size_t>(first), static_cast<size_t>(1 - first)};
   const size_t shares = Shares();
@@ -211,12 +211,14 @@ void ValueSectionEncoder::Work(int first) {
   }
   YieldUntil([&] { return chosen_.load(std::memory_order_acquire); });
   if (!code_.has_value()) return;
-  for (size_t h : order)
-    for (auto [i, end] = streams_of(h); h < shares && i < end; ++i)
+  for (size_t h : order) {
+    if (h >= shares || (own_streams_only && h != order[0])) continue;
+    for (auto [i, end] = streams_of(h); i < end; ++i)
       if (Takes(put_claim_[i], h, first)) {
         StreamOf(stream_runs_[i], *code_, &buffers_[i], &escaped_[i]);
         put_[i].store(true, std::memory_order_release);
       }
+  }
 }
 
 // The form: symbol Huffman (codec 2 or 3) unless escapes are many and byte planes are smaller.

@@ -86,7 +86,8 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
 // streams and the second; none where `tallies` hold the values' counts, as for EncodeValues),
 // the choice of form and code, each stream's bits and escapes. Work(first) runs
 // every stage no thread has claimed yet, share `first`'s before the other's, and waits only for
-// stages another thread is running; Write, once Work has returned on some thread, appends the
+// stages another thread is running; Work(first, true) leaves the other share's streams to a
+// later Work (the counts and the choice it needs it runs all the same); Write, once Work has returned on some thread, appends the
 // section (waiting for stages another thread is still running). The bytes are the same however
 // the stages were shared. Constructed on the thread that calls Write: the buffers are that
 // thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
@@ -96,7 +97,7 @@ class ValueSectionEncoder {
  public:
   ValueSectionEncoder(std::span<const ValueRun> runs, int zstd_level, uint64_t streams_min = kValueStreamsMin,
                       bool obey_walker_for_tests = false, std::span<const ValueTally* const> tallies = {});
-  void Work(int first);
+  void Work(int first, bool own_streams_only = false);
   ValueCodec Write(std::vector<uint8_t>* out);
 
  private:
