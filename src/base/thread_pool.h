@@ -76,7 +76,8 @@ class TwoEndedClaims {
   explicit TwoEndedClaims(uint32_t n) : ends_(n) {}
   // Indices [begin, end) only.
   TwoEndedClaims(uint32_t begin, uint32_t end) : ends_(uint64_t{begin} << 32 | end) {}
-  // The next index from the back (descending) or else the front; none when all are taken.
+  // The next index: from the back (descending) if from_back, else from the front (ascending);
+  // none when all are taken.
   std::optional<uint32_t> Take(bool from_back) {
     uint64_t ends = ends_.load(std::memory_order_relaxed);
     for (;;) {
