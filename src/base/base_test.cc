@@ -323,6 +323,35 @@ TEST(ClaimableTask, AChainRunsEachStepOnceAndThreadsShareIt) {
 }
 
 
+TEST(ParallelForItems, TheLastItemsShareTheThreadsThatWouldIdle) {
+  for (int threads : {1, 2, 3})
+    for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{7}}) {
+      std::vector<std::atomic<int>> runs(n), given(n);
+      ASSERT_TRUE(ParallelForItems(n, threads, [&](size_t i, int item_threads) {
+                    ++runs[i];
+                    given[i] = item_threads;
+                    return Status::Ok();
+                  }).ok());
+      const size_t tail = n % static_cast<size_t>(threads);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(runs[i].load(), 1) << threads << " threads, " << n << " items, item " << i;
+        EXPECT_EQ(given[i].load(), i < n - tail ? 1 : ThreadsPerItem(tail, threads))
+            << threads << " threads, " << n << " items, item " << i;
+      }
+    }
+  // Errors: the failing item's; a failure among the first items keeps the last from running.
+  std::atomic<int> last_ran{0};
+  Status s = ParallelForItems(5, 2, [&](size_t i, int) {
+    if (i == 4) ++last_ran;
+    return i == 1 ? Corrupt("item 1") : Status::Ok();
+  });
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(s.message(), "item 1");
+  EXPECT_EQ(last_ran.load(), 0);
+  s = ParallelForItems(5, 2, [&](size_t i, int) { return i == 4 ? Corrupt("item 4") : Status::Ok(); });
+  EXPECT_EQ(s.message(), "item 4");
+}
+
 TEST(TwoEndedClaims, EachIndexOnceTheFrontAscendingTheBackDescending) {
   TwoEndedClaims one(2, 6);  // [2, 6) alone, taken by one thread from both ends
   EXPECT_EQ(one.Take(false), 2u);

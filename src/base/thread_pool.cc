@@ -229,4 +229,12 @@ Status OfferClaimable(ClaimableTask& also, const std::function<Status()>& main) 
       main);
 }
 
+Status ParallelForItems(size_t n, int threads, const std::function<Status(size_t, int)>& fn) {
+  if (threads <= 0) threads = HardwareThreads();
+  const size_t tail = n % static_cast<size_t>(threads), head = n - tail;
+  DCR_RETURN_IF_ERROR(ParallelFor(head, threads, [&](size_t i) { return fn(i, 1); }));
+  const int per_item = ThreadsPerItem(tail, threads);
+  return ParallelFor(tail, threads, [&](size_t k) { return fn(head + k, per_item); });
+}
+
 }  // namespace dcr

@@ -29,6 +29,13 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
 // threads) are shared among them: 1 unless there are fewer items than threads.
 int ThreadsPerItem(size_t items, int threads);
 
+// ParallelFor of items that can each use several threads themselves: fn(i, item_threads).
+// Items [0, n - n % threads) run one thread each, as ParallelFor's; the last n % threads, which
+// would leave threads idle (3 items on 2 threads: 2 item-times, one thread idle in the second),
+// then share the threads (ThreadsPerItem). Errors as ParallelFor's: the lowest failing item's;
+// after a failure among the first items the last ones do not run.
+Status ParallelForItems(size_t n, int threads, const std::function<Status(size_t, int)>& fn);
+
 // Runs `side` on another thread while `main` runs on the calling thread, and waits for both.
 // Returns side's error if it failed, else main's: the result of running side, then main. The
 // other thread is a helper kept waiting between calls (one per concurrent caller). A helper that

@@ -130,9 +130,7 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const DeltaReader& r
     return std::span<const uint8_t>(work[s.tensor_index]).subspan(s.start * w, s.count * w);
   };
   auto decode_apply = [&](const DeltaReader& d) {
-    const size_t np = d.header().payloads.size();
-    const int per_payload = ThreadsPerItem(np, threads);
-    return ParallelFor(np, threads, [&](size_t i) {
+    return ParallelForItems(d.header().payloads.size(), threads, [&](size_t i, int per_payload) {
       thread_local DecodedPayload p;  // reused: the decoder's steady state, its storage already mapped
       return DecodeApplyTablePayload(d, i, &p, lookup, [&](uint32_t t) { return std::span<uint8_t>(work[t]); },
                                      per_payload);

@@ -56,8 +56,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   std::vector<std::vector<std::pair<uint32_t, Digest128>>> deltas(np);
   std::vector<std::pair<SegmentSpec, SegmentSpec>> ends(np);  // first and last segment
   std::vector<std::vector<WriteRange>> dense(np);              // DenseWriteRanges of each payload
-  const int per_payload = ThreadsPerItem(np, threads);
-  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+  DCR_RETURN_IF_ERROR(ParallelForItems(np, threads, [&](size_t i, int per_payload) {
     DecodedPayload payload;
     DCR_RETURN_IF_ERROR(DecodeTablePayload(delta, i, &payload, lookup, per_payload));
     for (const DecodedSegment& seg : payload.segments) {
@@ -95,7 +94,7 @@ Result<ApplyStats> ApplyDelta(const DeltaReader& delta, Checkpoint& target, cons
   auto t2 = Clock::now();
   const TensorBytes tensor_of = [&](uint32_t t) { return tensors[t].mutable_bytes; };
   std::vector<uint64_t> prefaulted(np, 0);
-  DCR_RETURN_IF_ERROR(ParallelFor(np, threads, [&](size_t i) {
+  DCR_RETURN_IF_ERROR(ParallelForItems(np, threads, [&](size_t i, int per_payload) {
     prefaulted[i] = PrefaultWriteRanges(dense[i], tensor_of);
     DecodedPayload payload;
     return DecodeApplyTablePayload(delta, i, &payload, lookup, tensor_of, per_payload);

@@ -38,9 +38,8 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   uint64_t payloads = 0, done_bytes = 0;
   for (size_t first = 0; first < plan.size(); first += wave) {
     const size_t n = std::min(wave, plan.size() - first);
-    const int per_payload = ThreadsPerItem(n, threads);
     auto te = Clock::now();
-    DCR_RETURN_IF_ERROR(ParallelFor(n, threads, [&](size_t i) {
+    DCR_RETURN_IF_ERROR(ParallelForItems(n, threads, [&](size_t i, int per_payload) {
       // A payload's sequence is its ordinal in the plan (gaps where nothing changed), so it is
       // known before encoding and independent of scheduling.
       EncodePlannedPayload(plan[first + i], bt, nt, options.kind, options.encode,

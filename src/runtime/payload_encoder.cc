@@ -61,9 +61,8 @@ void PayloadEncoder::Run(const PayloadPlan& plan, const std::vector<TensorRef>& 
   std::vector<EncodedPayload> wave(static_cast<size_t>(threads));
   for (size_t first = 0; first < plan.size(); first += wave.size()) {
     const size_t n = std::min(wave.size(), plan.size() - first);
-    const int per_payload = ThreadsPerItem(n, threads);
     auto t0 = Clock::now();
-    Status s = ParallelFor(n, threads, [&](size_t i) {
+    Status s = ParallelForItems(n, threads, [&](size_t i, int per_payload) {
       const PayloadIdentity id{transfer, producer, static_cast<uint32_t>(first + i)};
       if (options.dense) EncodeDensePayload(plan[first + i], base, next, options.encode, id, &wave[i]);
       else EncodePlannedPayload(plan[first + i], base, next, kind, options.encode, id, &wave[i], per_payload);
