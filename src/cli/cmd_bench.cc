@@ -136,13 +136,6 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const DeltaReader& r
                                      per_payload);
     });
   };
-  auto matches = [&](const Checkpoint& c) -> Status {
-    for (size_t i = 0; i < work.size(); ++i)
-      if (!std::equal(work[i].begin(), work[i].end(), c.tensors()[i].bytes.begin()))
-        return Internal("bench: decode+apply did not reproduce tensor '" + c.tensors()[i].name() + "' of " + c.path() +
-                        " (or the reverse delta did not restore the base before it)");
-    return Status::Ok();
-  };
   DCR_RETURN_IF_ERROR(decode_apply(delta));  // untimed
   DCR_RETURN_IF_ERROR(decode_apply(reverse));
   if (cold) EvictCheckpoint(base), EvictCheckpoint(next);
@@ -154,7 +147,10 @@ Result<double> DecodeApplySeconds(const DeltaReader& delta, const DeltaReader& r
   auto t0 = Clock::now();
   DCR_RETURN_IF_ERROR(decode_apply(delta));
   double t = SecondsSince(t0);
-  DCR_RETURN_IF_ERROR(matches(next));
+  for (size_t i = 0; i < work.size(); ++i)
+    if (!std::equal(work[i].begin(), work[i].end(), next.tensors()[i].bytes.begin()))
+      return Internal("bench: decode+apply did not reproduce tensor '" + next.tensors()[i].name() +
+                      "' (or the reverse delta did not restore the base before it)");
   // The base again, for the next repetition (whose timed pass checks the result: not checked
   // here, where reading the base would warm it for the next scan).
   DCR_RETURN_IF_ERROR(decode_apply(reverse));
@@ -167,15 +163,16 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
   DCR_ASSIGN_OR_RETURN(Checkpoint next, Checkpoint::Open(b));
   PairResult r;
   const std::string out = tmp + "/bench.dcr";
-  // The delta back from next to base (untimed), which DecodeApplySeconds applies to restore
-  // its replica; the replica starts as a copy of the base.
-  const std::string back = tmp + "/bench-reverse.dcr";
-  {
+  auto diff_options = [&] {
     DiffOptions o;
     o.threads = args.threads;
     o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
-    DCR_RETURN_IF_ERROR(DiffCheckpoints(next, base, back, o).status());
-  }
+    return o;
+  };
+  // The delta back from next to base (untimed), which DecodeApplySeconds applies to restore
+  // its replica; the replica starts as a copy of the base.
+  const std::string back = tmp + "/bench-reverse.dcr";
+  DCR_RETURN_IF_ERROR(DiffCheckpoints(next, base, back, diff_options()).status());
   DCR_ASSIGN_OR_RETURN(DeltaReader reverse, DeltaReader::Open(back));
   std::vector<std::vector<uint8_t>> replica(base.tensors().size());
   for (size_t i = 0; i < replica.size(); ++i) replica[i].assign(base.tensors()[i].bytes.begin(), base.tensors()[i].bytes.end());
@@ -183,10 +180,8 @@ Result<PairResult> BenchPair(const std::string& a, const std::string& b, bool co
     if (args.cold) EvictCheckpoint(base), EvictCheckpoint(next);
     const double scan_s = ScanSeconds(base, next, args.threads, args.cold);
     r.encode_scan_s = std::min(r.encode_scan_s, scan_s);
-    DiffOptions o;
+    DiffOptions o = diff_options();
     if (args.cold) o.before_encode = [&] { EvictCheckpoint(base), EvictCheckpoint(next); };
-    o.threads = args.threads;
-    o.encode.context = context ? EncodeOptions::Context::kWhenSmaller : EncodeOptions::Context::kNever;
     DCR_ASSIGN_OR_RETURN(DiffStats s, DiffCheckpoints(base, next, out, o));
     r.encode_s = std::min(r.encode_s, s.encode_seconds);
     r.encode_vs_scan.push_back(scan_s / s.encode_seconds);

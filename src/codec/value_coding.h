@@ -84,13 +84,13 @@ ValueCodec EncodeValues(std::span<const ValueRun> runs, int zstd_level, std::vec
 // Codes a value section in stages that two threads may share: each share's symbol counts (one
 // stream, or from streams_min values kValueStreamsWritten in two shares: the first half of the
 // streams and the second; none where `tallies` hold the values' counts, as for EncodeValues),
-// the choice of form and code, each stream's bits and escapes. Work(first) runs
-// every stage no thread has claimed yet, share `first`'s before the other's, and waits only for
-// stages another thread is running; Work(first, true) leaves the other share's streams to a
-// later Work (the counts and the choice it needs it runs all the same); Write, once Work has returned on some thread, appends the
-// section (waiting for stages another thread is still running). The bytes are the same however
-// the stages were shared. Constructed on the thread that calls Write: the buffers are that
-// thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
+// the choice of form and code, each stream's bits and escapes. Work(first) runs every stage no
+// thread has claimed yet, share `first`'s before the other's, and waits only for stages another
+// thread is running; Work(first, true) leaves the other share's streams to a later Work (the
+// counts and the choice it needs it runs all the same); Write, once Work has returned on some
+// thread, appends the section (waiting for stages another thread is still running). The bytes
+// are the same however the stages were shared. Constructed on the thread that calls Write: the
+// buffers are that thread's, reused from one section to the next. `obey_walker_for_tests`: SecondPartWalker
 // settings force who takes what (kHelperPath: each Work only its own share's stages and Work(0)
 // the choice; kCallerWalksOn: Work(0) everything).
 class ValueSectionEncoder {
