@@ -83,6 +83,8 @@ class TwoEndedClaims {
   explicit TwoEndedClaims(uint32_t n) : ends_(n) {}
   // Indices [begin, end) only.
   TwoEndedClaims(uint32_t begin, uint32_t end) : ends_(uint64_t{begin} << 32 | end) {}
+  // Indices [0, n) again, none taken: before the threads that take them start.
+  void Reset(uint32_t n) { ends_.store(n, std::memory_order_relaxed); }
   // The next index: from the back (descending) if from_back, else from the front (ascending);
   // none when all are taken.
   std::optional<uint32_t> Take(bool from_back) {

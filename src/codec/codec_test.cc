@@ -554,8 +554,54 @@ TEST(DiffElements, HandsOverEachRunsChangesWhileDiffing) {
   });
 }
 
+TEST(DiffElements, PiecesAppendedInOrderMakeTheWholeRunsChanges) {
+  // DiffElementsAppend: pieces of any lengths (tile-aligned or not), diffed in order into one
+  // ChangeSet, with positions counted from the run's start.
+  std::mt19937_64 rng(10);
+  const size_t n = 3 * kDiffChunkElements + 777;
+  ForEachSimdTarget([&](const std::string& target) {
+    for (uint32_t w : {1u, 2u, 4u, 8u}) {
+      std::vector<uint8_t> a(n * w), b;
+      for (auto& x : a) x = static_cast<uint8_t>(rng());
+      b = a;
+      for (size_t i = 0; i < n; ++i)
+        if (rng() % 20 == 0) b[i * w + rng() % w] ^= static_cast<uint8_t>(1 + rng() % 255);
+      ChangeSet whole, pieces;
+      DiffElements(a, b, w, ValueKind::kXor, &whole);
+      for (size_t first = 0, len = 1; first < n; first += len, len = len * 3 + 4096) {
+        const size_t m = std::min(len, n - first);
+        DiffElementsAppend(std::span<const uint8_t>(a).subspan(first * w, m * w),
+                           std::span<const uint8_t>(b).subspan(first * w, m * w), w, ValueKind::kXor, first, &pieces);
+      }
+      EXPECT_EQ(AsVector(pieces.positions), AsVector(whole.positions)) << target << " width " << w;
+      EXPECT_EQ(AsVector(pieces.values), AsVector(whole.values)) << target << " width " << w;
+      EXPECT_EQ(pieces.width, w);
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Location coding
+
+TEST(LocationCoding, PiecesOfWholeBlocksCodedOneAfterAnotherMakeTheWholeCode) {
+  std::mt19937_64 rng(11);
+  for (int block_log2 : {3, 10, 16}) {
+    const uint64_t block = uint64_t{1} << block_log2, count = 5 * block + block / 3;
+    std::vector<uint32_t> pos;
+    for (uint64_t i = 0; i < count; ++i)
+      if (i >= block && i < 2 * block ? rng() % 2 == 0 : rng() % 30 == 0) pos.push_back(static_cast<uint32_t>(i));
+    std::vector<uint8_t> whole, pieces;
+    EncodeLocations(pos, count, block_log2, &whole);
+    for (uint64_t first = 0, blocks = 1; first < count; first += blocks * block, ++blocks) {
+      const uint64_t m = std::min(blocks * block, count - first);
+      const auto from = std::lower_bound(pos.begin(), pos.end(), first);
+      const auto to = std::lower_bound(pos.begin(), pos.end(), first + m);
+      EncodeLocationsFrom(std::span<const uint32_t>(pos.data() + (from - pos.begin()), static_cast<size_t>(to - from)), first, m, block_log2,
+                          &pieces);
+    }
+    EXPECT_EQ(pieces, whole) << "block 2^" << block_log2;
+  }
+}
 
 TEST(LocationCoding, RandomSetsRoundTripForEveryBlockSizeAndDensity) {
   std::mt19937_64 rng(6);

@@ -16,14 +16,15 @@ namespace {
 // the SIMD kernel marks differing elements in a bit mask (and counts them), the outputs grow by
 // that count, and a second kernel writes the marked elements' positions and values (and, for
 // on_chunk, their old bits), reading the tile again from L1. Spare slots are trimmed at the end.
+// Appends to `out`; positions are first + the element's index.
 template <typename U>
-void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind kind, ChangeSet* out,
+void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, uint32_t first, ValueKind kind, ChangeSet* out,
                const DiffChunkFn& on_chunk) {
   static_assert(kDiffChunkElements % kMaskTileElements == 0);
   uint64_t masks[kMaskTileElements / 64];
   const bool is_xor = kind == ValueKind::kXor;
-  size_t have = 0;  // changes found so far; the vectors may hold spare slots after them
-  size_t chunk_from = 0;  // the first change of the current run of kDiffChunkElements
+  size_t have = out->size();  // changes found so far; the vectors may hold spare slots after them
+  size_t chunk_from = have;   // the first change of the current run of kDiffChunkElements
   // The current run's old bits, for on_chunk. Kept per thread and never shrunk.
   thread_local UninitVector<uint8_t> run_old_bits;
   const bool fused = FusedDiffExtract(sizeof(U));
@@ -58,7 +59,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     const uint8_t* x = next + tile * sizeof(U);
     if (fused && dense) {
       grow(tn + kExtractSlack);
-      const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, static_cast<uint32_t>(tile),
+      const size_t n = DiffExtractTile(b, x, sizeof(U), tn, is_xor, first + static_cast<uint32_t>(tile),
                                        out->positions.data() + have, out->values.data() + have * sizeof(U),
                                        old_bits_room(tn + kExtractSlack));
       dense = n >= tn / 64;
@@ -69,7 +70,7 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
     dense = differ >= tn / 64;
     if (differ == 0) continue;
     grow(differ + kExtractSlack);
-    have += ExtractChanges(b, x, sizeof(U), tn, masks, differ, is_xor, static_cast<uint32_t>(tile),
+    have += ExtractChanges(b, x, sizeof(U), tn, masks, differ, is_xor, first + static_cast<uint32_t>(tile),
                            out->positions.data() + have, out->values.data() + have * sizeof(U),
                            old_bits_room(differ + kExtractSlack));
   }
@@ -80,20 +81,27 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, ValueKind
 
 }  // namespace
 
-void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
-                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk) {
+void DiffElementsAppend(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
+                        ValueKind kind, uint64_t first, ChangeSet* out, const DiffChunkFn& on_chunk) {
   DCR_CHECK(base.size() == next.size() && base.size() % width == 0);
-  size_t count = base.size() / width;
-  DCR_CHECK(count <= UINT32_MAX);
+  const size_t count = base.size() / width;
+  DCR_CHECK(first <= UINT32_MAX && count <= UINT32_MAX - first);
+  DCR_CHECK(out->size() == 0 || out->width == width);
   out->width = width;
-  out->Clear();
+  const auto at = static_cast<uint32_t>(first);
   switch (width) {
-    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, kind, out, on_chunk);
-    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, kind, out, on_chunk);
-    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, kind, out, on_chunk);
-    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, kind, out, on_chunk);
+    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
+    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
+    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
+    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
   }
   Fatal(__FILE__, __LINE__, "unsupported element width " + std::to_string(width));
+}
+
+void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
+                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk) {
+  out->Clear();
+  DiffElementsAppend(base, next, width, kind, 0, out, on_chunk);
 }
 
 }  // namespace dcr

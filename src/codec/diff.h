@@ -52,4 +52,12 @@ inline constexpr size_t kDiffChunkElements = 64 * 1024;
 void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
                   ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk = {});
 
+// DiffElements of a piece of a run of elements: base and next hold its elements from element
+// `first` of the run on (first + count < 2^32); their changes are appended to `out` (of this
+// width), positions counted from the run's start. Pieces diffed in order into one ChangeSet
+// make what DiffElements of the whole run makes; on_chunk sees each piece's runs of
+// kDiffChunkElements apart (a piece's last may be shorter).
+void DiffElementsAppend(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
+                        ValueKind kind, uint64_t first, ChangeSet* out, const DiffChunkFn& on_chunk = {});
+
 }  // namespace dcr

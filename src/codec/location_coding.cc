@@ -193,14 +193,15 @@ void EncodeBlock(std::span<const uint32_t> pos, uint64_t block_start, uint64_t b
   }
 }
 
-// Calls fn(block positions, block start, block length) for every block of a chunk.
+// Calls fn(block positions, block start, block length) for every block of a chunk, or of its
+// elements [first, first + count) (first a block start: positions are counted from the chunk's).
 template <typename Fn>
-void ForEachBlock(std::span<const uint32_t> positions, uint64_t count, int block_log2, Fn&& fn) {
+void ForEachBlock(std::span<const uint32_t> positions, uint64_t count, int block_log2, Fn&& fn, uint64_t first = 0) {
   const uint64_t block = 1ull << block_log2;
   const uint32_t* at = positions.data();
   const uint32_t* end = at + positions.size();
-  for (uint64_t start = 0; start < count; start += block) {
-    const uint64_t len = std::min(block, count - start);
+  for (uint64_t start = first; start < first + count; start += block) {
+    const uint64_t len = std::min(block, first + count - start);
     const uint32_t* stop = std::lower_bound(at, end, start + len);  // a search: a scan took a sixth of the coding
     fn(std::span<const uint32_t>(at, stop), start, len);
     at = stop;
@@ -213,10 +214,11 @@ Status BlockError(uint64_t block, const std::string& what) {
 
 }  // namespace
 
-void EncodeLocationsImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2,
+void EncodeLocationsImpl(std::span<const uint32_t> positions, uint64_t first, uint64_t count, int block_log2,
                          std::vector<uint8_t>* out) {
-  ForEachBlock(positions, count, block_log2,
-               [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) { EncodeBlock(pos, start, len, out); });
+  ForEachBlock(
+      positions, count, block_log2,
+      [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) { EncodeBlock(pos, start, len, out); }, first);
 }
 
 uint64_t LocationCodeBytesImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
@@ -376,7 +378,13 @@ HWY_EXPORT(LocationCodeBytesLowerBoundImpl);
 HWY_EXPORT(DecodeLocationsPrefixImpl);
 
 void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2, std::vector<uint8_t>* out) {
-  HWY_DYNAMIC_DISPATCH(EncodeLocationsImpl)(positions, count, block_log2, out);
+  HWY_DYNAMIC_DISPATCH(EncodeLocationsImpl)(positions, 0, count, block_log2, out);
+}
+
+void EncodeLocationsFrom(std::span<const uint32_t> positions, uint64_t first, uint64_t count, int block_log2,
+                         std::vector<uint8_t>* out) {
+  DCR_CHECK(block_log2 >= 0 && block_log2 < 64 && first % (uint64_t{1} << block_log2) == 0);
+  HWY_DYNAMIC_DISPATCH(EncodeLocationsImpl)(positions, first, count, block_log2, out);
 }
 
 uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2) {

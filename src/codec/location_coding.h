@@ -21,6 +21,13 @@ enum class LocationMethod : uint8_t { kRice = 0, kBitmap = 1, kRanges = 2, kSpli
 void EncodeLocations(std::span<const uint32_t> positions, uint64_t count, int block_log2,
                      std::vector<uint8_t>* out);
 
+// The blocks of EncodeLocations of a chunk from element `first` (a multiple of the block size)
+// through first + count - 1: `positions` (ascending, in [first, first + count)) counted from the
+// chunk's start. Pieces of a chunk coded so one after the other append what EncodeLocations of
+// the whole chunk would.
+void EncodeLocationsFrom(std::span<const uint32_t> positions, uint64_t first, uint64_t count, int block_log2,
+                         std::vector<uint8_t>* out);
+
 // The size in bytes of what EncodeLocations would append, without writing it.
 uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, int block_log2);
 

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "base/thread_pool.h"
@@ -75,14 +78,27 @@ struct DiffedSegment {
   uint64_t plain_at_least = 0;  // for a payload that may be coded in context mode
 };
 
-// Whether a second thread pays for diffing the segments: two or more, with enough elements.
+std::atomic<uint64_t> g_pieces_stolen{0};  // DiffPiecesStolenForTests
+std::atomic<int> g_owner_pause_us{0};      // SetDiffPiecePauseForTests
+
+// A piece of a segment diffed by the thread that does not own it (EncodePlannedPayload).
+struct StolenPiece {
+  ChangeSet changes;
+  Digest128 digest;
+  std::vector<uint8_t> locations;  // plain only
+};
+
+// Whether a second thread pays for diffing the segments: enough elements, in more than one piece.
 bool WorthTwoThreads(const std::vector<PlannedSegment>& segments) {
   uint64_t total = 0;
   for (const PlannedSegment& seg : segments) total += seg.count;
-  return segments.size() >= 2 && total >= kConcurrentDiffMinElements;
+  return total >= kConcurrentDiffMinElements && total > kDiffPieceElements;
 }
 
 }  // namespace
+
+uint64_t DiffPiecesStolenForTests() { return g_pieces_stolen.load(std::memory_order_relaxed); }
+void SetDiffPiecePauseForTests(int microseconds) { g_owner_pause_us.store(microseconds, std::memory_order_relaxed); }
 
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                           const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
@@ -95,7 +111,12 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   thread_local PayloadBuilder builder;
   thread_local std::vector<DiffedSegment> diffed_storage;
   thread_local ValueTally value_tallies[2];
-  std::vector<DiffedSegment>& diffed = diffed_storage;  // this thread's, also when the helper uses it
+  thread_local std::deque<TwoEndedClaims> piece_claims_storage;  // per segment (grown, never shrunk)
+  thread_local std::vector<StolenPiece> stolen_storage;
+  // This thread's, also when the helper uses them.
+  std::vector<DiffedSegment>& diffed = diffed_storage;
+  std::deque<TwoEndedClaims>& piece_claims = piece_claims_storage;
+  std::vector<StolenPiece>& stolen = stolen_storage;
   builder.Reset();  // a payload before on this thread with nothing changed was not finished
   builder.set_options(encode);
   const bool plain_only = encode.context == EncodeOptions::Context::kNever;
@@ -147,10 +168,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   // With a second thread, both threads take segments and diff, digest and (for a plain-only
   // payload) code the locations of each into its own slot; the builder then adds them in plan
   // order, so the bytes are the same as from one thread. The calling thread takes segments from
-  // the front of the plan, the helper from the back, until they meet (TwoEndedClaims), which
-  // keeps their shares within about one segment of each other. Each thread's changes so lie at
-  // one end of the payload, and Finish has the same thread walk the band parts and code the
-  // value share at that end: each mostly reads what it wrote. That matters because the buffers
+  // the front of the plan, the helper from the back, until they meet (TwoEndedClaims), and the
+  // segment where they meet is shared by pieces (below). Each thread's changes so lie at one
+  // end of the payload, and Finish has the same thread walk the band parts and code the value
+  // share at that end: each mostly reads what it wrote. That matters because the buffers
   // are reused payload after payload, and on a Zen 5 a store to a line another core has read
   // since costs ~9 ns (one it wrote, ~1.7; its own, ~0.4): with segments taken largest first by
   // either thread, two-thread encodes of the real 4.5 % pair took 1.07-1.09x as long in context
@@ -169,43 +190,129 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     // Read here: in code the helper runs, `builder` would name the helper's own thread_local.
     const uint64_t fit_stride = plain_only ? 1 : builder.fit_stride();
     const bool weighs_plain = encode.context == EncodeOptions::Context::kWhenSmaller;
-    auto diff_some = [&](FitCounts* counts, ValueTally* tally, bool from_back) {
+    // Each segment is diffed in pieces, which the thread that took the segment (its owner)
+    // takes from the front, in order, into the segment's slot, until none is left. A thread left
+    // without segments takes pieces from the back of the other's current one (into `stolen`,
+    // last piece first), which the owner appends once they are done: the threads end within
+    // about a piece of each other, not a segment (the real pairs' largest are a tenth of their
+    // work: two-thread diffs of the 4.5 % pair ended up to ~28 us apart, and 2-6 us so), and a
+    // payload of one segment is diffed by both. Whoever diffs a piece also counts its values
+    // and, in a plain-only payload, codes its locations (pieces are whole blocks of the
+    // location code, which so comes out as the whole segment's). The band fit counts the
+    // sampled elements of segments with changes only, known once a segment is done: the owner
+    // counts its own pieces then, and the thread that took pieces counts them apart, and those
+    // counts are added where the segment has changes (pieces are whole strides of the sampling,
+    // so the same elements are counted as from the whole segment; else the owner counts the
+    // whole segment).
+    const uint64_t piece_elements =
+        plain_only ? std::max<uint64_t>(kDiffPieceElements, uint64_t{1} << encode.block_log2) : kDiffPieceElements;
+    const bool population_by_piece = !plain_only && piece_elements % fit_stride == 0;
+    FitCounts stolen_population;           // the thief's pieces' sampled elements
+    std::atomic<int64_t> stolen_from{-1};  // the segment the thief took pieces of
+    auto pieces_of = [&](size_t i) {
+      return static_cast<uint32_t>((segments[i].count + piece_elements - 1) / piece_elements);
+    };
+    uint32_t most_pieces = 0;
+    while (piece_claims.size() < segments.size()) piece_claims.emplace_back(0);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      piece_claims[i].Reset(pieces_of(i));
+      most_pieces = std::max(most_pieces, pieces_of(i));
+    }
+    if (stolen.size() < most_pieces) stolen.resize(most_pieces);
+    std::atomic<int64_t> owned[2] = {-1, -1};  // the segment each thread is diffing as its owner
+    std::atomic<uint32_t> stolen_done{0};      // pieces of `stolen` complete
+    auto diff_some = [&](FitCounts* counts, ValueTally* tally, int me) {
+      const bool from_back = me == 1;
       tally->Clear();
       // Only payloads that may be coded in context mode fit bands: a plain-only one would zero,
       // fold and add ~12 KiB of counts per thread for nothing.
       std::optional<FitCounter> fit_counter;
       if (!plain_only) fit_counter.emplace(fit_stride);
+      // Piece `piece` of `seg`, appended to *changes (its digest to *sum, its locations to
+      // *locations where coded by piece).
+      auto do_piece = [&](const PlannedSegment& seg, uint32_t piece, ChangeSet* changes, Digest128* sum,
+                          std::vector<uint8_t>* locations) {
+        const DType dtype = base[seg.tensor].dtype();
+        const uint64_t w = DTypeWidth(dtype), first = uint64_t{piece} * piece_elements;
+        const uint64_t n = std::min<uint64_t>(piece_elements, seg.count - first);
+        const std::span<const uint8_t> old_bytes = bytes_of(base[seg.tensor], seg).subspan(first * w, n * w);
+        const size_t before = changes->size();
+        // The digest of each run of changes, and for the band fit their old bits' classes.
+        const DiffChunkFn digest = digest_runs(seg, sum);
+        DiffElementsAppend(old_bytes, bytes_of(next[seg.tensor], seg).subspan(first * w, n * w), static_cast<uint32_t>(w),
+                           kind, first, changes, plain_only ? digest : [&](const DiffChunk& c) {
+                             digest(c);
+                             fit_counter->CountChangedOldBits(dtype, c.old_bits);
+                           });
+        const std::span<const uint32_t> found = std::span<const uint32_t>(changes->positions).subspan(before);
+        if (!found.empty()) tally->Add(std::span<const uint8_t>(changes->values).subspan(before * w), static_cast<uint32_t>(w));
+        if (plain_only) EncodeLocationsFrom(found, first, n, encode.block_log2, locations);
+      };
       for (std::optional<uint32_t> taken; (taken = claims.Take(from_back));) {
         const size_t i = *taken;
         const PlannedSegment& seg = segments[i];
         const SegmentSpec spec = spec_of(seg);
         DiffedSegment& d = diffed[i];
         d.digest = Digest128{};
-        // A plain-only payload codes each segment's locations on its own: the thread that
-        // diffed the segment codes them, and the builder appends them as they are. Otherwise
-        // the thread counts the segment for the band fit: each run's changes from the old bits
-        // the diff hands over (in cache), then the segment's sampled elements.
-        DiffChunkFn digest = digest_runs(seg, &d.digest);
-        DiffElements(bytes_of(base[seg.tensor], seg), bytes_of(next[seg.tensor], seg), DTypeWidth(spec.dtype), kind,
-                     &d.changes, plain_only ? digest : [&](const DiffChunk& c) {
-                       digest(c);
-                       fit_counter->CountChangedOldBits(spec.dtype, c.old_bits);
-                     });
+        d.changes.Clear();
+        d.changes.width = DTypeWidth(spec.dtype);  // also where the other thread takes every piece
         d.locations.clear();
+        owned[me].store(static_cast<int64_t>(i), std::memory_order_release);
+        uint32_t mine = 0;
+        for (std::optional<uint32_t> piece; (piece = piece_claims[i].Take(false)); ++mine) {
+          do_piece(seg, *piece, &d.changes, &d.digest, &d.locations);
+          if (const int pause = g_owner_pause_us.load(std::memory_order_relaxed); pause > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(pause));
+        }
+        owned[me].store(-1, std::memory_order_relaxed);
+        if (const uint32_t theirs = pieces_of(i) - mine; theirs > 0) {
+          YieldUntil([&] { return stolen_done.load(std::memory_order_acquire) == theirs; });
+          for (uint32_t k = theirs; k-- > 0;) {  // the last piece was stolen first
+            const StolenPiece& sp = stolen[k];
+            d.changes.positions.insert(d.changes.positions.end(), sp.changes.positions.begin(), sp.changes.positions.end());
+            d.changes.values.insert(d.changes.values.end(), sp.changes.values.begin(), sp.changes.values.end());
+            d.locations.insert(d.locations.end(), sp.locations.begin(), sp.locations.end());
+            d.digest += sp.digest;
+          }
+        }
         if (d.changes.size() == 0) continue;
-        tally->Add(d.changes.values, d.changes.width);
-        if (plain_only)
-          EncodeLocations(d.changes.positions, seg.count, encode.block_log2, &d.locations);
-        else
-          fit_counter->CountPopulation({spec.dtype, bytes_of(base[seg.tensor], seg)});
+        if (!plain_only) {
+          const uint64_t counted = population_by_piece ? std::min<uint64_t>(seg.count, mine * piece_elements) : seg.count;
+          const uint64_t w = DTypeWidth(spec.dtype);
+          fit_counter->CountPopulation({spec.dtype, bytes_of(base[seg.tensor], seg).first(counted * w)});
+        }
         if (weighs_plain) d.plain_at_least = LocationCodeBytesLowerBound(d.changes.positions, seg.count, encode.block_log2);
+      }
+      // No segment left: pieces of the other thread's, from the back.
+      const int64_t j = owned[1 - me].load(std::memory_order_acquire);
+      if (j >= 0) {
+        const PlannedSegment& seg = segments[static_cast<size_t>(j)];
+        std::optional<FitCounter> population;  // the stolen pieces' sampled elements
+        for (uint32_t k = 0; const std::optional<uint32_t> piece = piece_claims[static_cast<size_t>(j)].Take(true); ++k) {
+          StolenPiece& sp = stolen[k];
+          sp.digest = Digest128{};
+          sp.changes.Clear();
+          sp.locations.clear();
+          do_piece(seg, *piece, &sp.changes, &sp.digest, &sp.locations);
+          if (population_by_piece) {
+            if (!population) population.emplace(fit_stride), stolen_from.store(j, std::memory_order_relaxed);
+            const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{*piece} * piece_elements;
+            population->CountPopulation({base[seg.tensor].dtype(), bytes_of(base[seg.tensor], seg).subspan(
+                                            first * w, std::min<uint64_t>(piece_elements, seg.count - first) * w)});
+          }
+          stolen_done.fetch_add(1, std::memory_order_release);
+          g_pieces_stolen.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (population) population->AddTo(&stolen_population);
       }
       if (fit_counter) fit_counter->AddTo(counts);
       return Status::Ok();
     };
-    (void)RunConcurrently([&] { return diff_some(&fit_counts[1], &tallies[1], /*from_back=*/true); },
-                          [&] { return diff_some(&fit_counts[0], &tallies[0], /*from_back=*/false); });
+    (void)RunConcurrently([&] { return diff_some(&fit_counts[1], &tallies[1], 1); },
+                          [&] { return diff_some(&fit_counts[0], &tallies[0], 0); });
     if (!plain_only) builder.AddFitCounts(fit_counts[0]), builder.AddFitCounts(fit_counts[1]);
+    if (const int64_t j = stolen_from.load(std::memory_order_relaxed); j >= 0 && diffed[static_cast<size_t>(j)].changes.size() > 0)
+      builder.AddFitCounts(stolen_population);
     builder.AddValueTally(&tallies[0]), builder.AddValueTally(&tallies[1]);
     for (size_t i = 0; i < segments.size(); ++i) {
       const PlannedSegment& seg = segments[i];

@@ -51,12 +51,22 @@ struct EncodedPayload {
 // equal dtype and element count (checked: a violation is a bug in the caller). `out` is reset
 // first (its buffers are reused). With nothing changed, `out->bytes` stays empty and nothing is
 // encoded. The bytes depend only on the inputs (not on threads or scheduling). With threads >= 2
-// and at least kConcurrentDiffMinElements elements in two or more segments, a second thread diffs
-// segments too (both take them largest first); and codes the value section (PayloadBuilder::Finish).
+// and at least kConcurrentDiffMinElements elements (more than one piece, kDiffPieceElements), a
+// second thread diffs segments too (the calling thread takes them from the front of the plan,
+// the helper from the back, each cut into pieces the other may share at the end); and codes the
+// value section (PayloadBuilder::Finish).
 void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                           const std::vector<TensorRef>& next, ValueKind kind, const EncodeOptions& encode,
                           const PayloadIdentity& identity, EncodedPayload* out, int threads = 1);
 // Below this many elements a second thread costs more to start than it saves.
 inline constexpr uint64_t kConcurrentDiffMinElements = uint64_t{1} << 20;
+// Two threads diff a payload's segments in pieces of this many elements (the last of a segment
+// shorter): a thread with no segment left takes pieces of the other's.
+inline constexpr uint64_t kDiffPieceElements = uint64_t{1} << 15;
+// For tests: pieces a thread has taken from the other's segment so far (all payloads); and a
+// pause after each piece a segment's owner diffs (0: none), which leaves the other thread time
+// to take pieces even on a loaded machine.
+uint64_t DiffPiecesStolenForTests();
+void SetDiffPiecePauseForTests(int microseconds);
 
 }  // namespace dcr

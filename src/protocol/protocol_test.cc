@@ -365,6 +365,58 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
   }
 }
 
+// Two threads diff a payload's segments in pieces, and a thread left without segments takes
+// pieces of the other's (EncodePlannedPayload). A payload of one segment is so shared from the
+// start, and one whose first segment has no change (the calling thread takes it, the helper the
+// small one behind it, then pieces of the first) must not count that segment for the band fit
+// (Finish checks every counted element belongs to a segment with changes). The bytes must be
+// one thread's. Whether pieces are taken depends on the helper's timing: the owner pauses after
+// each piece, and the encode is repeated until some are taken.
+TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
+  using Context = EncodeOptions::Context;
+  SetDiffPiecePauseForTests(200);
+  struct NoPause {
+    ~NoPause() { SetDiffPiecePauseForTests(0); }
+  } no_pause_after;
+  std::mt19937_64 rng(79);
+  for (const bool first_unchanged : {false, true}) {
+    Tensors base;
+    base.Add("a.weight", DType::kBF16, {1200, 1000}, rng);
+    if (first_unchanged) base.Add("b.bias", DType::kBF16, {5000}, rng);
+    Tensors next = base;
+    for (size_t t = first_unchanged ? 1 : 0; t < next.list.size(); ++t)
+      for (size_t i = 0; i < next.storage[t].size() / 2; ++i)
+        if (rng() % 100 < 3) Put(next.storage[t], i, 2, Get(next.storage[t], i, 2) ^ (1 + rng() % 7));
+    TempDir dir{"dcr_protocol_test_"};
+    ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
+    ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
+    const Checkpoint base_file = OpenOrDie(dir / "base.safetensors"), next_file = OpenOrDie(dir / "next.safetensors");
+    const PayloadPlan plan = PlanPayloads(base_file.tensors(), uint64_t{1} << 30);
+    ASSERT_EQ(plan.size(), 1u);
+    ASSERT_GE(uint64_t{1200000}, kConcurrentDiffMinElements);
+    for (Context context : {Context::kNever, Context::kWhenSmaller}) {
+      const std::string what = std::string(first_unchanged ? "first segment unchanged" : "one segment") +
+                               ", context " + std::to_string(static_cast<int>(context));
+      EncodeOptions options;
+      options.context = context;
+      EncodedPayload want;
+      EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0},
+                           &want, 1);
+      ASSERT_FALSE(want.bytes.empty()) << what;
+      const uint64_t stolen_before = DiffPiecesStolenForTests();
+      for (int attempt = 0; attempt < 20 && DiffPiecesStolenForTests() == stolen_before; ++attempt) {
+        EncodedPayload got;
+        EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0},
+                             &got, 2);
+        EXPECT_EQ(got.changed, want.changed) << what;
+        EXPECT_EQ(got.bytes, want.bytes) << what;
+        EXPECT_EQ(got.digest_deltas, want.digest_deltas) << what;
+      }
+      EXPECT_GT(DiffPiecesStolenForTests(), stolen_before) << what << ": no piece was taken in 20 encodes";
+    }
+  }
+}
+
 // A thread's payload builder is reused from payload to payload (EncodePlannedPayload): a payload
 // with nothing changed must leave nothing behind for the next one on its thread. (It left the
 // value tallies of its two diff threads registered, and the next two-thread payload counted
