@@ -74,16 +74,9 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
                                 std::optional<uint64_t> plain_at_least) {
   const bool kept = held == Changes::kKeptUntilFinish;
   const uint32_t w = DTypeWidth(spec.dtype);
-  DCR_CHECK(changes.width == w && changes.size() > 0 && spec.count >= 1 && spec.count <= kMaxSegmentElements);
+  DCR_CHECK(changes.width == w && changes.size() > 0);
   DCR_CHECK(options_.context == EncodeOptions::Context::kNever || base.size() == spec.count * w);
-  DCR_CHECK(segments_ == 0 || spec.tensor_index > last_.tensor_index ||
-            (spec.tensor_index == last_.tensor_index && spec.start >= last_.start + last_.count));
-  table_.push_back(DTypeCode(spec.dtype));
-  table_.push_back(static_cast<uint8_t>(spec.kind));
-  PutVarint(table_, spec.tensor_index);
-  PutVarint(table_, spec.start);
-  PutVarint(table_, spec.count);
-  PutVarint(table_, changes.size());
+  AddTableEntry(spec, changes.size());
   // With context mode possible, the plain code is written in Finish only if it is chosen.
   if (options_.context == EncodeOptions::Context::kNever) {
     if (coded_locations.empty())
@@ -104,8 +97,34 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
   if (!kept) val_raw_.insert(val_raw_.end(), changes.values.begin(), changes.values.end());
   runs_.push_back({w, changes.size(), kept ? std::span<const uint8_t>(changes.values) : std::span<const uint8_t>()});
   value_bytes_ += changes.values.size();
+}
+
+void PayloadBuilder::AddCodedPieces(const SegmentSpec& spec, uint64_t changed, std::span<const ValueRun> values,
+                                    std::span<const std::span<const uint8_t>> coded_locations) {
+  DCR_CHECK(options_.context == EncodeOptions::Context::kNever && changed > 0);
+  uint64_t counted = 0;
+  for (const ValueRun& r : values) {
+    DCR_CHECK(r.width == DTypeWidth(spec.dtype) && r.count > 0 && r.bytes.size() == r.count * r.width);
+    counted += r.count;
+  }
+  DCR_CHECK(counted == changed);
+  AddTableEntry(spec, changed);
+  for (std::span<const uint8_t> piece : coded_locations) loc_raw_.insert(loc_raw_.end(), piece.begin(), piece.end());
+  for (const ValueRun& r : values) runs_.push_back(r), value_bytes_ += r.bytes.size();
+}
+
+void PayloadBuilder::AddTableEntry(const SegmentSpec& spec, uint64_t changed) {
+  DCR_CHECK(spec.count >= 1 && spec.count <= kMaxSegmentElements && changed <= spec.count);
+  DCR_CHECK(segments_ == 0 || spec.tensor_index > last_.tensor_index ||
+            (spec.tensor_index == last_.tensor_index && spec.start >= last_.start + last_.count));
+  table_.push_back(DTypeCode(spec.dtype));
+  table_.push_back(static_cast<uint8_t>(spec.kind));
+  PutVarint(table_, spec.tensor_index);
+  PutVarint(table_, spec.start);
+  PutVarint(table_, spec.count);
+  PutVarint(table_, changed);
   ++segments_;
-  changed_ += changes.size();
+  changed_ += changed;
   last_ = spec;
 }
 

@@ -122,6 +122,14 @@ class PayloadBuilder {
                   std::span<const uint8_t> coded_locations = {}, Changes held = Changes::kCopied,
                   std::optional<uint64_t> plain_at_least = std::nullopt);
 
+  // A plain-only payload's segment diffed in pieces (EncodePlannedPayload): its `changed` (> 0)
+  // changes' values as kept runs in position order (held unchanged until Finish returns), and its
+  // location code, EncodeLocations of all its positions, as pieces to append in order (each
+  // piece's EncodeLocationsFrom). The bytes are AddChanges' of the joined change set, without
+  // joining it.
+  void AddCodedPieces(const SegmentSpec& spec, uint64_t changed, std::span<const ValueRun> values,
+                      std::span<const std::span<const uint8_t>> coded_locations);
+
   // Context mode's band fit samples every segment's old bits (band_fit.h). By default Finish
   // counts them all, when the payload's diff has moved most of them out of cache. A caller that
   // knows the payload's planned elements (all its segments, changed or not) may call
@@ -157,6 +165,8 @@ class PayloadBuilder {
   // With threads >= 2, EncodeBandedLocations's helper may run `early` and `also` (the value
   // section's steps).
   CodecMode ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also);
+  // A segment's entry in the table (in order after the last one), counted as added.
+  void AddTableEntry(const SegmentSpec& spec, uint64_t changed);
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: copied values, segment after segment

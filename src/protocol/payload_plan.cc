@@ -76,6 +76,10 @@ struct DiffedSegment {
   Digest128 digest;
   std::vector<uint8_t> locations;
   uint64_t plain_at_least = 0;  // for a payload that may be coded in context mode
+  uint64_t changed = 0;         // all its changes, those of `stolen` pieces too
+  // A plain-only payload's segment: the last `stolen` pieces were diffed by the other thread,
+  // and their changes and location codes stay where it put them (EncodePlannedPayload).
+  uint32_t stolen = 0;
 };
 
 std::atomic<uint64_t> g_pieces_stolen{0};  // DiffPiecesStolenForTests
@@ -265,17 +269,27 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
             std::this_thread::sleep_for(std::chrono::microseconds(pause));
         }
         owned[me].store(-1, std::memory_order_relaxed);
-        if (const uint32_t theirs = pieces_of(i) - mine; theirs > 0) {
-          YieldUntil([&] { return stolen_done.load(std::memory_order_acquire) == theirs; });
-          for (uint32_t k = theirs; k-- > 0;) {  // the last piece was stolen first
-            const StolenPiece& sp = stolen[k];
-            d.changes.positions.insert(d.changes.positions.end(), sp.changes.positions.begin(), sp.changes.positions.end());
-            d.changes.values.insert(d.changes.values.end(), sp.changes.values.begin(), sp.changes.values.end());
-            d.locations.insert(d.locations.end(), sp.locations.begin(), sp.locations.end());
-            d.digest += sp.digest;
+        d.stolen = pieces_of(i) - mine;
+        d.changed = d.changes.size();
+        if (d.stolen > 0) {
+          YieldUntil([&] { return stolen_done.load(std::memory_order_acquire) == d.stolen; });
+          size_t more = 0;
+          for (uint32_t k = 0; k < d.stolen; ++k) d.digest += stolen[k].digest, more += stolen[k].changes.size();
+          d.changed += more;
+          // A plain-only payload's builder takes the stolen pieces' values and location codes
+          // where they are (AddCodedPieces). Otherwise the band walk needs the segment's
+          // positions in one array: the stolen ones are appended, the last piece stolen first.
+          if (!plain_only) {
+            d.changes.positions.reserve(d.changed);
+            d.changes.values.reserve(d.changed * d.changes.width);
+            for (uint32_t k = d.stolen; k-- > 0;) {
+              const ChangeSet& c = stolen[k].changes;
+              d.changes.positions.insert(d.changes.positions.end(), c.positions.begin(), c.positions.end());
+              d.changes.values.insert(d.changes.values.end(), c.values.begin(), c.values.end());
+            }
           }
         }
-        if (d.changes.size() == 0) continue;
+        if (d.changed == 0) continue;
         if (!plain_only) {
           const uint64_t counted = population_by_piece ? std::min<uint64_t>(seg.count, mine * piece_elements) : seg.count;
           const uint64_t w = DTypeWidth(spec.dtype);
@@ -311,18 +325,31 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     (void)RunConcurrently([&] { return diff_some(&fit_counts[1], &tallies[1], 1); },
                           [&] { return diff_some(&fit_counts[0], &tallies[0], 0); });
     if (!plain_only) builder.AddFitCounts(fit_counts[0]), builder.AddFitCounts(fit_counts[1]);
-    if (const int64_t j = stolen_from.load(std::memory_order_relaxed); j >= 0 && diffed[static_cast<size_t>(j)].changes.size() > 0)
+    if (const int64_t j = stolen_from.load(std::memory_order_relaxed); j >= 0 && diffed[static_cast<size_t>(j)].changed > 0)
       builder.AddFitCounts(stolen_population);
     builder.AddValueTally(&tallies[0]), builder.AddValueTally(&tallies[1]);
+    std::vector<ValueRun> runs;
+    std::vector<std::span<const uint8_t>> location_pieces;
     for (size_t i = 0; i < segments.size(); ++i) {
       const PlannedSegment& seg = segments[i];
       const DiffedSegment& d = diffed[i];
-      if (d.changes.size() == 0) continue;
-      // `diffed` outlives Finish below: the builder reads the changes where they are.
-      builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg), d.locations,
-                         PayloadBuilder::Changes::kKeptUntilFinish,
-                         weighs_plain ? std::optional<uint64_t>(d.plain_at_least) : std::nullopt);
+      if (d.changed == 0) continue;
       add_digest(seg.tensor, d.digest);
+      // `diffed` and `stolen` outlive Finish below: the builder reads the changes where they are.
+      if (d.stolen == 0 || !plain_only) {
+        builder.AddChanges(spec_of(seg), d.changes, bytes_of(base[seg.tensor], seg), d.locations,
+                           PayloadBuilder::Changes::kKeptUntilFinish,
+                           weighs_plain ? std::optional<uint64_t>(d.plain_at_least) : std::nullopt);
+        continue;
+      }
+      runs.clear(), location_pieces.assign(1, d.locations);
+      if (d.changes.size() > 0) runs.push_back({d.changes.width, d.changes.size(), d.changes.values});
+      for (uint32_t k = d.stolen; k-- > 0;) {  // the last piece was stolen first
+        const StolenPiece& sp = stolen[k];
+        if (sp.changes.size() > 0) runs.push_back({sp.changes.width, sp.changes.size(), sp.changes.values});
+        location_pieces.push_back(sp.locations);
+      }
+      builder.AddCodedPieces(spec_of(seg), d.changed, runs, location_pieces);
     }
   }
   out->changed = builder.changed();
