@@ -583,7 +583,7 @@ TEST(DiffElements, PiecesAppendedInOrderMakeTheWholeRunsChanges) {
 // ---------------------------------------------------------------------------------------------
 // Location coding
 
-TEST(LocationCoding, PiecesOfWholeBlocksCodedOneAfterAnotherMakeTheWholeCode) {
+TEST(LocationCoding, PiecesOfWholeBlocksCodedOneAfterAnotherMakeTheWholeCodeAndBound) {
   std::mt19937_64 rng(11);
   for (int block_log2 : {3, 10, 16}) {
     const uint64_t block = uint64_t{1} << block_log2, count = 5 * block + block / 3;
@@ -591,15 +591,18 @@ TEST(LocationCoding, PiecesOfWholeBlocksCodedOneAfterAnotherMakeTheWholeCode) {
     for (uint64_t i = 0; i < count; ++i)
       if (i >= block && i < 2 * block ? rng() % 2 == 0 : rng() % 30 == 0) pos.push_back(static_cast<uint32_t>(i));
     std::vector<uint8_t> whole, pieces;
+    uint64_t bound = 0;
     EncodeLocations(pos, count, block_log2, &whole);
     for (uint64_t first = 0, blocks = 1; first < count; first += blocks * block, ++blocks) {
       const uint64_t m = std::min(blocks * block, count - first);
       const auto from = std::lower_bound(pos.begin(), pos.end(), first);
       const auto to = std::lower_bound(pos.begin(), pos.end(), first + m);
-      EncodeLocationsFrom(std::span<const uint32_t>(pos.data() + (from - pos.begin()), static_cast<size_t>(to - from)), first, m, block_log2,
-                          &pieces);
+      const std::span<const uint32_t> in(pos.data() + (from - pos.begin()), static_cast<size_t>(to - from));
+      EncodeLocationsFrom(in, first, m, block_log2, &pieces);
+      bound += LocationCodeBytesLowerBoundFrom(in, first, m, block_log2);
     }
     EXPECT_EQ(pieces, whole) << "block 2^" << block_log2;
+    EXPECT_EQ(bound, LocationCodeBytesLowerBound(pos, count, block_log2)) << "block 2^" << block_log2;
   }
 }
 

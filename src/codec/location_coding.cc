@@ -233,7 +233,8 @@ uint64_t LocationCodeBytesImpl(std::span<const uint32_t> positions, uint64_t cou
   return bytes;
 }
 
-uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
+uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, uint64_t first, uint64_t count,
+                                         int block_log2) {
   uint64_t bytes = 0;
   ForEachBlock(positions, count, block_log2, [&](std::span<const uint32_t> pos, uint64_t start, uint64_t len) {
     const uint64_t n = pos.size();
@@ -253,7 +254,7 @@ uint64_t LocationCodeBytesLowerBoundImpl(std::span<const uint32_t> positions, ui
     const uint64_t runs = 1 + CountRunStarts(pos.data() + 1, pos.data() + n);
     const uint64_t ranges = static_cast<uint64_t>(VarintSize(runs)) + 2 * runs;
     bytes += 1 + std::min({1 + (rice_bits + 7) / 8, (len + 7) / 8, ranges});
-  });
+  }, first);
   return bytes;
 }
 
@@ -392,7 +393,13 @@ uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, 
 }
 
 uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2) {
-  return HWY_DYNAMIC_DISPATCH(LocationCodeBytesLowerBoundImpl)(positions, count, block_log2);
+  return HWY_DYNAMIC_DISPATCH(LocationCodeBytesLowerBoundImpl)(positions, 0, count, block_log2);
+}
+
+uint64_t LocationCodeBytesLowerBoundFrom(std::span<const uint32_t> positions, uint64_t first, uint64_t count,
+                                         int block_log2) {
+  DCR_CHECK(block_log2 >= 0 && block_log2 < 64 && first % (uint64_t{1} << block_log2) == 0);
+  return HWY_DYNAMIC_DISPATCH(LocationCodeBytesLowerBoundImpl)(positions, first, count, block_log2);
 }
 
 Status DecodeLocationsPrefix(std::span<const uint8_t> in, uint64_t count, int block_log2, std::span<uint32_t> positions,

@@ -35,6 +35,12 @@ uint64_t LocationCodeBytes(std::span<const uint32_t> positions, uint64_t count, 
 // run count (no gap-by-gap costing): O(blocks × log + positions) and cheap per position.
 uint64_t LocationCodeBytesLowerBound(std::span<const uint32_t> positions, uint64_t count, int block_log2);
 
+// LocationCodeBytesLowerBound's share of the blocks [first, first + count) of a chunk (first a
+// multiple of the block size; positions counted from the chunk's start): the bound is the sum
+// of its blocks', so pieces' shares add up to the whole chunk's.
+uint64_t LocationCodeBytesLowerBoundFrom(std::span<const uint32_t> positions, uint64_t first, uint64_t count,
+                                         int block_log2);
+
 // Decodes the code in `in` for a chunk of `count` elements that must hold exactly `expected`
 // positions (`positions` is resized to them; emptied on failure). Fails with kCorrupt on any
 // malformed input; never reads outside `in`.

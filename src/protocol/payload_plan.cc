@@ -89,6 +89,7 @@ std::atomic<int> g_owner_pause_us{0};      // SetDiffPiecePauseForTests
 struct StolenPiece {
   ChangeSet changes;
   Digest128 digest;
+  uint64_t plain_at_least = 0;     // for a payload that may be coded in context mode
   std::vector<uint8_t> locations;  // plain only
 };
 
@@ -197,19 +198,22 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     // Each segment is diffed in pieces, which the thread that took the segment (its owner)
     // takes from the front, in order, into the segment's slot, until none is left. A thread left
     // without segments takes pieces from the back of the other's current one (into `stolen`,
-    // last piece first), which the owner appends once they are done: the threads end within
-    // about a piece of each other, not a segment (the real pairs' largest are a tenth of their
-    // work: two-thread diffs of the 4.5 % pair ended up to ~28 us apart, and 2-6 us so), and a
-    // payload of one segment is diffed by both. Whoever diffs a piece also counts its values
-    // and, in a plain-only payload, codes its locations (pieces are whole blocks of the
-    // location code, which so comes out as the whole segment's). The band fit counts the
-    // sampled elements of segments with changes only, known once a segment is done: the owner
-    // counts its own pieces then, and the thread that took pieces counts them apart, and those
-    // counts are added where the segment has changes (pieces are whole strides of the sampling,
-    // so the same elements are counted as from the whole segment; else the owner counts the
-    // whole segment).
-    const uint64_t piece_elements =
-        plain_only ? std::max<uint64_t>(kDiffPieceElements, uint64_t{1} << encode.block_log2) : kDiffPieceElements;
+    // last piece first): the threads end within about a piece of each other, not a segment
+    // (the real pairs' largest are a tenth of their work: two-thread diffs of the 4.5 % pair
+    // ended up to ~28 us apart, and 2-6 us so), and a payload of one segment is diffed by both.
+    // Whoever diffs a piece also counts its values, bounds its plain code and, in a plain-only
+    // payload, codes its locations: pieces are whole blocks of the location code, whose size
+    // and bound are sums over blocks, so the pieces' add up to the whole segment's. A plain-only
+    // payload's builder takes the stolen pieces where they are (AddCodedPieces); otherwise the
+    // owner copies them after its own (the band walk reads a segment's positions as one array).
+    // The band fit counts the sampled elements of segments with changes only, known once a
+    // segment is done: the owner counts its own pieces then, and the thread that took pieces
+    // counts them apart, and those counts are added where the segment has changes (pieces are
+    // whole strides of the sampling, so the same elements are counted as from the whole
+    // segment; else the owner counts the whole segment). The 16 Mi-element BF16 tensor at 4 %
+    // change, one payload, two threads: before pieces, 4.7 ms (plain) and 6.9 (context), the
+    // helper idle after one segment-sized claim; with them, 2.5-2.7 and 4.8-4.9.
+    const uint64_t piece_elements = std::max<uint64_t>(kDiffPieceElements, uint64_t{1} << encode.block_log2);
     const bool population_by_piece = !plain_only && piece_elements % fit_stride == 0;
     FitCounts stolen_population;           // the thief's pieces' sampled elements
     std::atomic<int64_t> stolen_from{-1};  // the segment the thief took pieces of
@@ -232,10 +236,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       // fold and add ~12 KiB of counts per thread for nothing.
       std::optional<FitCounter> fit_counter;
       if (!plain_only) fit_counter.emplace(fit_stride);
-      // Piece `piece` of `seg`, appended to *changes (its digest to *sum, its locations to
-      // *locations where coded by piece).
+      // Piece `piece` of `seg`, appended to *changes (its digest added to *sum, its plain code's
+      // bound to *plain_bound, its location code appended to *locations in a plain-only payload).
       auto do_piece = [&](const PlannedSegment& seg, uint32_t piece, ChangeSet* changes, Digest128* sum,
-                          std::vector<uint8_t>* locations) {
+                          uint64_t* plain_bound, std::vector<uint8_t>* locations) {
         const DType dtype = base[seg.tensor].dtype();
         const uint64_t w = DTypeWidth(dtype), first = uint64_t{piece} * piece_elements;
         const uint64_t n = std::min<uint64_t>(piece_elements, seg.count - first);
@@ -251,6 +255,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         const std::span<const uint32_t> found = std::span<const uint32_t>(changes->positions).subspan(before);
         if (!found.empty()) tally->Add(std::span<const uint8_t>(changes->values).subspan(before * w), static_cast<uint32_t>(w));
         if (plain_only) EncodeLocationsFrom(found, first, n, encode.block_log2, locations);
+        if (weighs_plain) *plain_bound += LocationCodeBytesLowerBoundFrom(found, first, n, encode.block_log2);
       };
       for (std::optional<uint32_t> taken; (taken = claims.Take(from_back));) {
         const size_t i = *taken;
@@ -258,13 +263,14 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         const SegmentSpec spec = spec_of(seg);
         DiffedSegment& d = diffed[i];
         d.digest = Digest128{};
+        d.plain_at_least = 0;
         d.changes.Clear();
         d.changes.width = DTypeWidth(spec.dtype);  // also where the other thread takes every piece
         d.locations.clear();
         owned[me].store(static_cast<int64_t>(i), std::memory_order_release);
         uint32_t mine = 0;
         for (std::optional<uint32_t> piece; (piece = piece_claims[i].Take(false)); ++mine) {
-          do_piece(seg, *piece, &d.changes, &d.digest, &d.locations);
+          do_piece(seg, *piece, &d.changes, &d.digest, &d.plain_at_least, &d.locations);
           if (const int pause = g_owner_pause_us.load(std::memory_order_relaxed); pause > 0)
             std::this_thread::sleep_for(std::chrono::microseconds(pause));
         }
@@ -274,18 +280,27 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         if (d.stolen > 0) {
           YieldUntil([&] { return stolen_done.load(std::memory_order_acquire) == d.stolen; });
           size_t more = 0;
-          for (uint32_t k = 0; k < d.stolen; ++k) d.digest += stolen[k].digest, more += stolen[k].changes.size();
+          for (uint32_t k = 0; k < d.stolen; ++k) {
+            d.digest += stolen[k].digest, d.plain_at_least += stolen[k].plain_at_least;
+            more += stolen[k].changes.size();
+          }
           d.changed += more;
           // A plain-only payload's builder takes the stolen pieces' values and location codes
           // where they are (AddCodedPieces). Otherwise the band walk needs the segment's
           // positions in one array: the stolen ones are appended, the last piece stolen first.
+          // (Copied with memcpy: the vectors' allocator constructs element by element, and
+          // insert took ~2 ns per change.)
           if (!plain_only) {
-            d.changes.positions.reserve(d.changed);
-            d.changes.values.reserve(d.changed * d.changes.width);
+            const uint32_t w = d.changes.width;
+            size_t at = d.changes.size();
+            d.changes.positions.resize(d.changed);
+            d.changes.values.resize(d.changed * w);
             for (uint32_t k = d.stolen; k-- > 0;) {
               const ChangeSet& c = stolen[k].changes;
-              d.changes.positions.insert(d.changes.positions.end(), c.positions.begin(), c.positions.end());
-              d.changes.values.insert(d.changes.values.end(), c.values.begin(), c.values.end());
+              if (c.size() == 0) continue;
+              std::memcpy(d.changes.positions.data() + at, c.positions.data(), c.size() * sizeof(uint32_t));
+              std::memcpy(d.changes.values.data() + at * w, c.values.data(), c.size() * w);
+              at += c.size();
             }
           }
         }
@@ -295,7 +310,6 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
           const uint64_t w = DTypeWidth(spec.dtype);
           fit_counter->CountPopulation({spec.dtype, bytes_of(base[seg.tensor], seg).first(counted * w)});
         }
-        if (weighs_plain) d.plain_at_least = LocationCodeBytesLowerBound(d.changes.positions, seg.count, encode.block_log2);
       }
       // No segment left: pieces of the other thread's, from the back.
       const int64_t j = owned[1 - me].load(std::memory_order_acquire);
@@ -305,9 +319,10 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         for (uint32_t k = 0; const std::optional<uint32_t> piece = piece_claims[static_cast<size_t>(j)].Take(true); ++k) {
           StolenPiece& sp = stolen[k];
           sp.digest = Digest128{};
+          sp.plain_at_least = 0;
           sp.changes.Clear();
           sp.locations.clear();
-          do_piece(seg, *piece, &sp.changes, &sp.digest, &sp.locations);
+          do_piece(seg, *piece, &sp.changes, &sp.digest, &sp.plain_at_least, &sp.locations);
           if (population_by_piece) {
             if (!population) population.emplace(fit_stride), stolen_from.store(j, std::memory_order_relaxed);
             const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{*piece} * piece_elements;
