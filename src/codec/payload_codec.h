@@ -170,8 +170,9 @@ class PayloadBuilder {
   EncodeOptions options_;
   ChangeSet changes_;
   std::vector<uint8_t> table_, loc_raw_, val_raw_;  // val_raw_: copied values, segment after segment
-  // Per segment: its values, the caller's kept ones from AddChanges on, copied ones (empty
-  // until then: every segment has a change) from Finish on.
+  // The values in payload order, a run per segment (or per piece, AddCodedPieces): the caller's
+  // kept ones from AddChanges on, copied ones (empty until then: every segment has a change)
+  // from Finish on.
   std::vector<ValueRun> runs_;
   uint64_t value_bytes_ = 0;  // all segments' values
   // Context mode inputs, kept until Finish: each segment's old bytes and positions (copied ones
