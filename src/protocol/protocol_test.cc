@@ -417,6 +417,50 @@ TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
   }
 }
 
+// Random payloads (1-5 tensors of 1 to 900 K elements, BF16 or F32, some unchanged, 1-8 %
+// changed in the others), with random owner pauses that vary which pieces are taken: two
+// threads give one thread's bytes, change counts and digests, plain and context.
+TEST(PayloadEncode, RandomPayloadsOnTwoThreadsGiveOneThreadsBytes) {
+  using Context = EncodeOptions::Context;
+  std::mt19937_64 rng(80);
+  TempDir dir{"dcr_protocol_test_"};
+  struct NoPause {
+    ~NoPause() { SetDiffPiecePauseForTests(0); }
+  } no_pause_after;
+  for (int round = 0; round < 24; ++round) {
+    Tensors base;
+    const int tensors = 1 + static_cast<int>(rng() % 5);
+    for (int t = 0; t < tensors; ++t) {
+      const uint64_t n = rng() % 3 == 0 ? 1 + rng() % 5000 : 1 + rng() % 900000;
+      base.Add("t" + std::to_string(t), rng() % 4 == 0 ? DType::kF32 : DType::kBF16, {n}, rng);
+    }
+    Tensors next = base;
+    for (size_t t = 0; t < next.list.size(); ++t) {
+      const uint64_t percent = rng() % 4 == 0 ? 0 : 1 + rng() % 8;
+      const uint32_t w = DTypeWidth(next.list[t].dtype);
+      for (size_t i = 0; i < next.storage[t].size() / w; ++i)
+        if (rng() % 100 < percent) next.storage[t][i * w] ^= static_cast<uint8_t>(1 + rng() % 7);
+    }
+    ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
+    ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
+    const Checkpoint b = OpenOrDie(dir / "base.safetensors"), n = OpenOrDie(dir / "next.safetensors");
+    const PayloadPlan plan = PlanPayloads(b.tensors(), uint64_t{1} << 30);
+    SetDiffPiecePauseForTests(rng() % 3 == 0 ? static_cast<int>(rng() % 50) : 0);
+    for (Context context : {Context::kNever, Context::kWhenSmaller})
+      for (size_t p = 0; p < plan.size(); ++p) {
+        EncodeOptions options;
+        options.context = context;
+        EncodedPayload one, two;
+        EncodePlannedPayload(plan[p], b.tensors(), n.tensors(), ValueKind::kXor, options, {1, 0, 0}, &one, 1);
+        EncodePlannedPayload(plan[p], b.tensors(), n.tensors(), ValueKind::kXor, options, {1, 0, 0}, &two, 2);
+        const std::string what = "round " + std::to_string(round) + ", context " + std::to_string(static_cast<int>(context));
+        EXPECT_EQ(two.changed, one.changed) << what;
+        EXPECT_EQ(two.bytes, one.bytes) << what;
+        EXPECT_EQ(two.digest_deltas, one.digest_deltas) << what;
+      }
+  }
+}
+
 // A thread's payload builder is reused from payload to payload (EncodePlannedPayload): a payload
 // with nothing changed must leave nothing behind for the next one on its thread. (It left the
 // value tallies of its two diff threads registered, and the next two-thread payload counted
