@@ -198,9 +198,8 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     // Each segment is diffed in pieces, which the thread that took the segment (its owner)
     // takes from the front, in order, into the segment's slot, until none is left. A thread left
     // without segments takes pieces from the back of the other's current one (into `stolen`,
-    // last piece first): the threads end within about a piece of each other, not a segment
-    // (the real pairs' largest are a tenth of their work: two-thread diffs of the 4.5 % pair
-    // ended up to ~28 us apart, and 2-6 us so), and a payload of one segment is diffed by both.
+    // last piece first): the threads end within about a piece of each other, not a segment,
+    // and a payload of one segment is diffed by both.
     // Whoever diffs a piece also counts its values, bounds its plain code and, in a plain-only
     // payload, codes its locations: pieces are whole blocks of the location code, whose size
     // and bound are sums over blocks, so the pieces' add up to the whole segment's. A plain-only
@@ -227,7 +226,12 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       most_pieces = std::max(most_pieces, pieces_of(i));
     }
     if (stolen.size() < most_pieces) stolen.resize(most_pieces);
-    std::atomic<int64_t> owned[2] = {-1, -1};  // the segment each thread is diffing as its owner
+    // The segment each thread is diffing as its owner, each in a cache line of its own: each
+    // thread stores its own once per segment.
+    struct alignas(64) Owned {
+      std::atomic<int64_t> segment{-1};
+    };
+    Owned owned[2];
     std::atomic<uint32_t> stolen_done{0};      // pieces of `stolen` complete
     auto diff_some = [&](FitCounts* counts, ValueTally* tally, int me) {
       const bool from_back = me == 1;
@@ -236,22 +240,27 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       // fold and add ~12 KiB of counts per thread for nothing.
       std::optional<FitCounter> fit_counter;
       if (!plain_only) fit_counter.emplace(fit_stride);
-      // Piece `piece` of `seg`, appended to *changes (its digest added to *sum, its plain code's
-      // bound to *plain_bound, its location code appended to *locations in a plain-only payload).
-      auto do_piece = [&](const PlannedSegment& seg, uint32_t piece, ChangeSet* changes, Digest128* sum,
+      // What the diff of `seg` hands each run of changes to: their digest, added to *sum, and
+      // for the band fit their old bits' classes. Made once per segment (or stolen piece).
+      auto on_chunk_of = [&](const PlannedSegment& seg, Digest128* sum) -> DiffChunkFn {
+        DiffChunkFn digest = digest_runs(seg, sum);
+        if (plain_only) return digest;
+        return [digest = std::move(digest), dtype = base[seg.tensor].dtype(), &fit_counter](const DiffChunk& c) {
+          digest(c);
+          fit_counter->CountChangedOldBits(dtype, c.old_bits);
+        };
+      };
+      // Piece `piece` of `seg`, appended to *changes (its runs handed to on_chunk, its plain
+      // code's bound added to *plain_bound, its location code appended to *locations in a
+      // plain-only payload).
+      auto do_piece = [&](const PlannedSegment& seg, uint32_t piece, ChangeSet* changes, const DiffChunkFn& on_chunk,
                           uint64_t* plain_bound, std::vector<uint8_t>* locations) {
-        const DType dtype = base[seg.tensor].dtype();
-        const uint64_t w = DTypeWidth(dtype), first = uint64_t{piece} * piece_elements;
+        const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{piece} * piece_elements;
         const uint64_t n = std::min<uint64_t>(piece_elements, seg.count - first);
-        const std::span<const uint8_t> old_bytes = bytes_of(base[seg.tensor], seg).subspan(first * w, n * w);
         const size_t before = changes->size();
-        // The digest of each run of changes, and for the band fit their old bits' classes.
-        const DiffChunkFn digest = digest_runs(seg, sum);
-        DiffElementsAppend(old_bytes, bytes_of(next[seg.tensor], seg).subspan(first * w, n * w), static_cast<uint32_t>(w),
-                           kind, first, changes, plain_only ? digest : [&](const DiffChunk& c) {
-                             digest(c);
-                             fit_counter->CountChangedOldBits(dtype, c.old_bits);
-                           });
+        DiffElementsAppend(bytes_of(base[seg.tensor], seg).subspan(first * w, n * w),
+                           bytes_of(next[seg.tensor], seg).subspan(first * w, n * w), static_cast<uint32_t>(w), kind,
+                           first, changes, on_chunk);
         const std::span<const uint32_t> found = std::span<const uint32_t>(changes->positions).subspan(before);
         if (!found.empty()) tally->Add(std::span<const uint8_t>(changes->values).subspan(before * w), static_cast<uint32_t>(w));
         if (plain_only) EncodeLocationsFrom(found, first, n, encode.block_log2, locations);
@@ -267,14 +276,15 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         d.changes.Clear();
         d.changes.width = DTypeWidth(spec.dtype);  // also where the other thread takes every piece
         d.locations.clear();
-        owned[me].store(static_cast<int64_t>(i), std::memory_order_release);
+        owned[me].segment.store(static_cast<int64_t>(i), std::memory_order_release);
         uint32_t mine = 0;
+        const DiffChunkFn on_chunk = on_chunk_of(seg, &d.digest);
         for (std::optional<uint32_t> piece; (piece = piece_claims[i].Take(false)); ++mine) {
-          do_piece(seg, *piece, &d.changes, &d.digest, &d.plain_at_least, &d.locations);
+          do_piece(seg, *piece, &d.changes, on_chunk, &d.plain_at_least, &d.locations);
           if (const int pause = g_owner_pause_us.load(std::memory_order_relaxed); pause > 0)
             std::this_thread::sleep_for(std::chrono::microseconds(pause));
         }
-        owned[me].store(-1, std::memory_order_relaxed);
+        owned[me].segment.store(-1, std::memory_order_relaxed);
         d.stolen = pieces_of(i) - mine;
         d.changed = d.changes.size();
         if (d.stolen > 0) {
@@ -312,7 +322,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         }
       }
       // No segment left: pieces of the other thread's, from the back.
-      const int64_t j = owned[1 - me].load(std::memory_order_acquire);
+      const int64_t j = owned[1 - me].segment.load(std::memory_order_acquire);
       if (j >= 0) {
         const PlannedSegment& seg = segments[static_cast<size_t>(j)];
         std::optional<FitCounter> population;  // the stolen pieces' sampled elements
@@ -322,7 +332,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
           sp.plain_at_least = 0;
           sp.changes.Clear();
           sp.locations.clear();
-          do_piece(seg, *piece, &sp.changes, &sp.digest, &sp.plain_at_least, &sp.locations);
+          do_piece(seg, *piece, &sp.changes, on_chunk_of(seg, &sp.digest), &sp.plain_at_least, &sp.locations);
           if (population_by_piece) {
             if (!population) population.emplace(fit_stride), stolen_from.store(j, std::memory_order_relaxed);
             const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{*piece} * piece_elements;
