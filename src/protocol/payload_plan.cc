@@ -94,10 +94,10 @@ struct StolenPiece {
 };
 
 // Whether a second thread pays for diffing the segments: enough elements, in more than one piece.
-bool WorthTwoThreads(const std::vector<PlannedSegment>& segments) {
+bool WorthTwoThreads(const std::vector<PlannedSegment>& segments, uint64_t piece_elements) {
   uint64_t total = 0;
   for (const PlannedSegment& seg : segments) total += seg.count;
-  return total >= kConcurrentDiffMinElements && total > kDiffPieceElements;
+  return total >= kConcurrentDiffMinElements && total > piece_elements;
 }
 
 }  // namespace
@@ -183,7 +183,9 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
   // mode and 1.03-1.05x in plain mode (medians of 3000). Each thread also counts the band fit's
   // classes of the segments it diffed, into its own counts, which the builder adds up, and
   // bounds their plain code's size (AddChanges).
-  if (threads < 2 || !WorthTwoThreads(segments)) {
+  // Pieces of the two-thread diff (below): whole blocks of the location code.
+  const uint64_t piece_elements = std::max<uint64_t>(kDiffPieceElements, uint64_t{1} << encode.block_log2);
+  if (threads < 2 || !WorthTwoThreads(segments, piece_elements)) {
     add_all();
   } else {
     diffed.resize(segments.size());
@@ -212,12 +214,16 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
     // segment; else the owner counts the whole segment). The 16 Mi-element BF16 tensor at 4 %
     // change, one payload, two threads: before pieces, 4.7 ms (plain) and 6.9 (context), the
     // helper idle after one segment-sized claim; with them, 2.5-2.7 and 4.8-4.9.
-    const uint64_t piece_elements = std::max<uint64_t>(kDiffPieceElements, uint64_t{1} << encode.block_log2);
     const bool population_by_piece = !plain_only && piece_elements % fit_stride == 0;
     FitCounts stolen_population;           // the thief's pieces' sampled elements
     std::atomic<int64_t> stolen_from{-1};  // the segment the thief took pieces of
     auto pieces_of = [&](size_t i) {
       return static_cast<uint32_t>((segments[i].count + piece_elements - 1) / piece_elements);
+    };
+    // Piece `piece` of `seg`'s bytes in tensor t (base or next).
+    auto piece_bytes = [&](const TensorRef& t, const PlannedSegment& seg, uint32_t piece) {
+      const uint64_t w = DTypeWidth(t.dtype()), first = uint64_t{piece} * piece_elements;
+      return bytes_of(t, seg).subspan(first * w, std::min<uint64_t>(piece_elements, seg.count - first) * w);
     };
     uint32_t most_pieces = 0;
     while (piece_claims.size() < segments.size()) piece_claims.emplace_back(0);
@@ -256,11 +262,11 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
       auto do_piece = [&](const PlannedSegment& seg, uint32_t piece, ChangeSet* changes, const DiffChunkFn& on_chunk,
                           uint64_t* plain_bound, std::vector<uint8_t>* locations) {
         const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{piece} * piece_elements;
-        const uint64_t n = std::min<uint64_t>(piece_elements, seg.count - first);
+        const std::span<const uint8_t> old_bytes = piece_bytes(base[seg.tensor], seg, piece);
+        const uint64_t n = old_bytes.size() / w;
         const size_t before = changes->size();
-        DiffElementsAppend(bytes_of(base[seg.tensor], seg).subspan(first * w, n * w),
-                           bytes_of(next[seg.tensor], seg).subspan(first * w, n * w), static_cast<uint32_t>(w), kind,
-                           first, changes, on_chunk);
+        DiffElementsAppend(old_bytes, piece_bytes(next[seg.tensor], seg, piece), static_cast<uint32_t>(w), kind, first,
+                           changes, on_chunk);
         const std::span<const uint32_t> found = std::span<const uint32_t>(changes->positions).subspan(before);
         if (!found.empty()) tally->Add(std::span<const uint8_t>(changes->values).subspan(before * w), static_cast<uint32_t>(w));
         if (plain_only) EncodeLocationsFrom(found, first, n, encode.block_log2, locations);
@@ -335,9 +341,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
           do_piece(seg, *piece, &sp.changes, on_chunk_of(seg, &sp.digest), &sp.plain_at_least, &sp.locations);
           if (population_by_piece) {
             if (!population) population.emplace(fit_stride), stolen_from.store(j, std::memory_order_relaxed);
-            const uint64_t w = DTypeWidth(base[seg.tensor].dtype()), first = uint64_t{*piece} * piece_elements;
-            population->CountPopulation({base[seg.tensor].dtype(), bytes_of(base[seg.tensor], seg).subspan(
-                                            first * w, std::min<uint64_t>(piece_elements, seg.count - first) * w)});
+            population->CountPopulation({base[seg.tensor].dtype(), piece_bytes(base[seg.tensor], seg, *piece)});
           }
           stolen_done.fetch_add(1, std::memory_order_release);
           g_pieces_stolen.fetch_add(1, std::memory_order_relaxed);

@@ -365,6 +365,14 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
   }
 }
 
+// The owner's pause after each diff piece (SetDiffPiecePauseForTests) while in scope; none after.
+class DiffPiecePause {
+ public:
+  explicit DiffPiecePause(int microseconds) { Set(microseconds); }
+  ~DiffPiecePause() { SetDiffPiecePauseForTests(0); }
+  void Set(int microseconds) const { SetDiffPiecePauseForTests(microseconds); }
+};
+
 // Two threads diff a payload's segments in pieces, and a thread left without segments takes
 // pieces of the other's (EncodePlannedPayload). A payload of one segment is so shared from the
 // start, and one whose first segment has no change (the calling thread takes it, the helper the
@@ -374,10 +382,7 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
 // each piece, and the encode is repeated until some are taken.
 TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
   using Context = EncodeOptions::Context;
-  SetDiffPiecePauseForTests(200);
-  struct NoPause {
-    ~NoPause() { SetDiffPiecePauseForTests(0); }
-  } no_pause_after;
+  const DiffPiecePause pause(200);
   std::mt19937_64 rng(79);
   for (const bool first_unchanged : {false, true}) {
     Tensors base;
@@ -424,9 +429,7 @@ TEST(PayloadEncode, RandomPayloadsOnTwoThreadsGiveOneThreadsBytes) {
   using Context = EncodeOptions::Context;
   std::mt19937_64 rng(80);
   TempDir dir{"dcr_protocol_test_"};
-  struct NoPause {
-    ~NoPause() { SetDiffPiecePauseForTests(0); }
-  } no_pause_after;
+  DiffPiecePause pause(0);
   for (int round = 0; round < 24; ++round) {
     Tensors base;
     const int tensors = 1 + static_cast<int>(rng() % 5);
@@ -445,7 +448,7 @@ TEST(PayloadEncode, RandomPayloadsOnTwoThreadsGiveOneThreadsBytes) {
     ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
     const Checkpoint b = OpenOrDie(dir / "base.safetensors"), n = OpenOrDie(dir / "next.safetensors");
     const PayloadPlan plan = PlanPayloads(b.tensors(), uint64_t{1} << 30);
-    SetDiffPiecePauseForTests(rng() % 3 == 0 ? static_cast<int>(rng() % 50) : 0);
+    pause.Set(rng() % 3 == 0 ? static_cast<int>(rng() % 50) : 0);
     for (Context context : {Context::kNever, Context::kWhenSmaller})
       for (size_t p = 0; p < plan.size(); ++p) {
         EncodeOptions options;
