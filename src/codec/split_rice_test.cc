@@ -9,6 +9,7 @@
 
 #include "codec/bit_stream.h"
 #include "codec/rice_gaps.h"
+#include "codec/simd_masks.h"
 
 namespace dcr {
 namespace {
@@ -112,16 +113,19 @@ TEST(SplitRice, RandomRunsRoundTripOnBothDecodersInTheInterleavedCodesBits) {
 }
 
 // The encoder's eight-code vector steps (AVX-512 targets) write the bytes of its scalar steps:
-// runs of every length mod 8, every parameter, quotients small and large.
+// runs of every length mod 8, every parameter, quotients small and large; on every compiled
+// target.
 TEST(SplitRice, VectorAndScalarEncodersWriteTheSameBytes) {
-  std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 400; ++trial) {
-    const Runs r = RandomRuns(rng, 1 + rng() % 8, trial < 200 ? 40 : 3000, trial % 4 == 0 ? 30 : 12);
-    ForceScalarSplitRice(true);
-    const std::vector<uint8_t> scalar = r.Encode();
-    ForceScalarSplitRice(false);
-    EXPECT_EQ(r.Encode(), scalar) << "trial " << trial;
-  }
+  ForEachSimdTarget([](const std::string& target) {
+    std::mt19937_64 rng(7);
+    for (int trial = 0; trial < 400; ++trial) {
+      const Runs r = RandomRuns(rng, 1 + rng() % 8, trial < 200 ? 40 : 3000, trial % 4 == 0 ? 30 : 12);
+      ForceScalarSplitRice(true);
+      const std::vector<uint8_t> scalar = r.Encode();
+      ForceScalarSplitRice(false);
+      EXPECT_EQ(r.Encode(), scalar) << target << " trial " << trial;
+    }
+  });
 }
 
 TEST(SplitRice, NoCodesIsAnEmptyStream) {
