@@ -201,6 +201,55 @@ TEST(PayloadPlan, OwnedSubsetIsCoveredExactlyOnceInOrderWithinCapacity) {
   EXPECT_TRUE(PlanPayloads(ts, {}, 64).empty());
 }
 
+// A plan has as many payloads as greedy cuts at the capacity make (a full payload closed when the
+// next element no longer fits), each but the last holding more than their mean size (or than the
+// capacity less 8 bytes, where that is less) but at most 8 bytes more, and the last no more and
+// not much less: a 39 MB model at 32 MiB is two payloads of about 19.5 MB, not 33.5 and 5.3.
+TEST(PayloadPlan, PayloadsAreAsManyAsGreedyCutsMakeAndOfAboutEqualSize) {
+  std::mt19937_64 rng(3);
+  const DType dtypes[] = {DType::kBF16, DType::kF32, DType::kF64, DType::kU8};
+  for (int trial = 0; trial < 300; ++trial) {
+    Catalog catalog;
+    const size_t tensors = 1 + rng() % 12;
+    for (size_t t = 0; t < tensors; ++t) {
+      const uint64_t rows = rng() % 4 == 0 ? 0 : 1 + rng() % 60;  // some empty
+      catalog.push_back({"t" + std::to_string(100 + t), dtypes[rng() % 4], {rows, 1 + rng() % 40}});
+    }
+    const uint64_t capacity = 8 + rng() % 3000;
+    // Greedy cuts at the capacity, counted as the planner's contract states them.
+    size_t greedy = 0;
+    uint64_t fill = capacity, total = 0;
+    for (const CatalogEntry& e : catalog) {
+      const uint64_t w = DTypeWidth(e.dtype);
+      for (uint64_t n = e.shape[0] * e.shape[1]; n > 0; --n) {
+        if (capacity - fill < w) ++greedy, fill = 0;
+        fill += w, total += w;
+      }
+    }
+    const PayloadPlan plan = PlanPayloads(catalog, capacity);
+    ASSERT_EQ(plan.size(), greedy) << "trial " << trial;
+    if (plan.empty()) continue;
+    const uint64_t mean = (total + plan.size() - 1) / plan.size();
+    uint64_t covered = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      uint64_t bytes = 0;
+      for (const PlannedSegment& seg : plan[i]) bytes += seg.count * DTypeWidth(catalog[seg.tensor].dtype);
+      covered += bytes;
+      EXPECT_LE(bytes, capacity) << "trial " << trial << " payload " << i;
+      // Within 8 bytes above the mean (cut at the mean + 8), the last within 9 per payload below.
+      const uint64_t p = plan.size();
+      if (i + 1 < p) {
+        EXPECT_GT(bytes, std::min(mean, capacity - 8)) << "trial " << trial << " payload " << i;
+        EXPECT_LE(bytes, mean + 8) << "trial " << trial << " payload " << i;
+      } else if (mean + 8 <= capacity) {
+        EXPECT_LE(bytes, mean) << "trial " << trial << " the last payload";
+        EXPECT_GE(bytes + 9 * (p - 1), mean) << "trial " << trial << " the last payload";
+      }
+    }
+    EXPECT_EQ(covered, total) << "trial " << trial;
+  }
+}
+
 // Producers encode their owned tensors from their baselines; applying every producer's payloads
 // to the base gives exactly the next bits, and base digests + deltas give the next digests.
 TEST(PayloadPlan, ProducersEncodingTheirOwnedTensorsTogetherTakeTheBaseToTheNextBits) {

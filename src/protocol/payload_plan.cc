@@ -17,9 +17,10 @@ namespace dcr {
 
 namespace {
 
-// The planner itself, over the listed tensors' (element count, element width) given by `size`.
+// Greedy cuts of the listed tensors' elements into payloads of at most `capacity` bytes, over
+// their (element count, element width) given by `size`.
 template <typename Size>
-PayloadPlan Plan(const std::vector<uint32_t>& listed, uint64_t capacity, Size size) {
+PayloadPlan GreedyPlan(const std::vector<uint32_t>& listed, uint64_t capacity, Size size) {
   DCR_CHECK(capacity >= 8);
   PayloadPlan plan(1);
   uint64_t fill = 0;
@@ -40,6 +41,22 @@ PayloadPlan Plan(const std::vector<uint32_t>& listed, uint64_t capacity, Size si
   }
   if (plan.back().empty()) plan.pop_back();
   return plan;
+}
+
+// The planner: as many payloads as GreedyPlan makes at `capacity`, of about equal size. Payloads
+// are encoded and decoded in parallel, one per thread (ParallelForItems), so a plan of one full
+// payload and a small one keeps a thread idle for most of a refit: a 39 MB model at 32 MiB was
+// 33.5 MB and 5.3 MB. GreedyPlan at the mean size plus 8 bytes (the widest element) closes each
+// payload but the last above the mean, so it makes no more payloads.
+template <typename Size>
+PayloadPlan Plan(const std::vector<uint32_t>& listed, uint64_t capacity, Size size) {
+  PayloadPlan plan = GreedyPlan(listed, capacity, size);
+  if (plan.size() < 2) return plan;
+  uint64_t total = 0;
+  for (const std::vector<PlannedSegment>& payload : plan)
+    for (const PlannedSegment& seg : payload) total += seg.count * size(seg.tensor).second;
+  const uint64_t mean = (total + plan.size() - 1) / plan.size();
+  return GreedyPlan(listed, std::min(capacity, mean + 8), size);
 }
 
 std::vector<uint32_t> AllTensors(size_t n) {

@@ -25,8 +25,11 @@ using PayloadPlan = std::vector<std::vector<PlannedSegment>>;
 
 // Covers every element of the listed tensors (`owned`: catalog indices into `tensors`, strictly
 // ascending) exactly once, in (tensor, start) order, with payloads of at most `capacity` dense
-// bytes (`capacity` >= 8, the widest element): tensors are taken in order and cut greedily, a
-// payload is closed when the next element no longer fits, and no segment exceeds
+// bytes (`capacity` >= 8, the widest element), balanced: as many payloads as cutting greedily at
+// `capacity` makes (tensors taken in order, a payload closed when the next element no longer
+// fits), but cut greedily at their mean size plus 8 bytes (at most `capacity`), so that every
+// payload but the last holds more than the mean (or than capacity - 8, where that is less) and,
+// where the mean is at most capacity - 8, the last no more than the mean. No segment exceeds
 // kMaxSegmentElements. Empty tensors get no segment; a plan may be empty. Deterministic: it
 // depends only on the listed tensors' dtypes and element counts.
 PayloadPlan PlanPayloads(const std::vector<TensorRef>& tensors, const std::vector<uint32_t>& owned,
