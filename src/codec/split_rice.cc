@@ -216,14 +216,15 @@ HWY_INLINE bool Terminated8(const uint64_t* g, int r, uint64_t* bits, int* nbits
 }
 #endif
 
-// PutSplitRice of split_rice.h. The quotients go to a buffer of their own, written in the same
-// loop as the remainders (each writer's Put is a chain of dependent steps; two side by side
-// overlap), then appended after the remainders' last byte. On AVX-512 targets (unless `scalar`)
-// eight codes per write where they fit, else four, each area in a loop of its own. The real 4.5 % pair's 65 Ki codes, one
-// thread on a Zen 5: 79 us with four codes per write and one area after the other, 72 with the
-// two areas side by side, 47 with eight codes per write. Packing the eight with pext instead of
-// shifts and sums, and then writing each area in a loop of its own, took that pair's whole
-// location coding (plain mode) from 72 to 54 us.
+// PutSplitRice of split_rice.h. The quotients go to a buffer of their own, then are appended
+// after the remainders' last byte. The scalar steps write both areas in one loop (each writer's
+// Put is a chain of dependent steps; two side by side overlap); the AVX-512 targets (unless
+// `scalar`) write eight codes per Put where they fit, else four, each area in a loop of its own
+// (with both writers live in one loop, an accumulator was kept on the stack, in the chain of
+// every Put). The real 4.5 % pair's 65 Ki codes, one thread on a Zen 5: 79 us with four codes
+// per write and one area after the other, 72 with the two areas side by side, 47 with eight
+// codes per write by shifts and sums; eight packed by pext, each area in its own loop, took that
+// pair's whole location coding (plain mode) from 72 to 54 us.
 void PutSplitRiceImpl(std::span<const RiceRun> runs, bool scalar, std::vector<uint8_t>* out) {
   uint64_t codes = 0, remainder_bits = 0;
   for (const RiceRun& run : runs)
@@ -243,8 +244,7 @@ void PutSplitRiceImpl(std::span<const RiceRun> runs, bool scalar, std::vector<ui
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
       if (!scalar) {
         const uint64_t byte_masks = 0x0101010101010101ull * (mask & 0xff);
-        // The remainders, then the quotients: one writer's state live per loop (with both, its
-        // accumulator was kept on the stack, in the chain of every Put).
+        // The remainders, then the quotients.
         const size_t eights = n / 8 * 8;
         if (r > 0 && r <= 7) {
           for (size_t k = 0; k < eights; k += 8) bits.Put(Fields8(g + k, byte_masks), 8 * r);
