@@ -236,7 +236,7 @@ void RegisterFileCommands(CLI::App& app, int* exit_code) {
                    "receiver holds) when that is smaller; plain: never (decodable without old bits)")
       ->check(CLI::IsMember({"ctx", "plain"}))
       ->capture_default_str();
-  diff->add_option("--chunk-mib", diff_args->chunk_mib, "dense MiB covered by one payload at most")
+  diff->add_option("--chunk-mib", diff_args->chunk_mib, "dense MiB covered by one payload at most (payloads are cut to about equal size, as few as this allows)")
       ->check(CLI::Range(1, 4096));
   diff->add_flag("--progress", diff_args->progress, "show progress even when stderr is not a terminal");
   diff->add_option("--layout", diff_args->layout,
