@@ -150,14 +150,16 @@ HWY_INLINE void PutOneByOne16(const uint8_t* p, uint64_t from, uint64_t to, cons
 
 // PutSymbolsT<uint16_t> with AVX-512 VBMI. Codes of values below SmallSymbolCodes::kSymbols
 // (nearly all: BF16 XOR masks take codes of a few bits) come from byte permutes of its 128-entry
-// tables: for 32 values at once where all 32 are below it and each eight's codes total at most 56
-// bits (~60 % of a real payload's groups of 32), joined in registers into four writes; else eight
-// at a time, placed by a prefix sum of their lengths, where the eight allow it; else one code per
-// value (an exponent's bit changed, an escape). Every use of the writer is inlined, so its state
-// stays in registers; a writer passed by reference to a call lived in memory, and each write went
-// through a store and a reload. The real 4.5 % pair's 65 Ki values, one thread, best of 2000: 72 us
-// with the scalar loop, 62 with eight values per step alone, 43 with this (23 were every value
-// below 128).
+// tables, and the few from 128 up to the escape (an exponent's bit changed: 1.5 % of the real
+// 4.5 % pair's values, but in 39 % of its groups of 32) from the whole table, one lane patched
+// each: for 32 values at once where none is escaped and each eight's codes total at most 56 bits,
+// joined in registers into four writes; else eight at a time, placed by a prefix sum of their
+// lengths, where the eight allow it; else one code per value (an escape, long codes). Every use
+// of the writer is inlined, so its state stays in registers; a writer passed by reference to a
+// call lived in memory, and each write went through a store and a reload. The real 4.5 % pair's
+// 65 Ki values, one thread, best of 2000: 72 us with the scalar loop, 62 with eight values per
+// step alone, 43 with this taking only groups below 128, 34 (another run) against 22.6 with the
+// patched lanes (19 were every value below 128).
 void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, const SmallSymbolCodes& small,
                   BitWriter& writer, std::vector<uint8_t>* escaped) {
   BitWriter::Local w(writer);
@@ -168,14 +170,25 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
   constexpr __mmask64 kByte0 = 0x0101010101010101ull, kByte1 = kByte0 << 1;
   // Values [at, at + 8): one write where all eight are below 128 and their codes total at most
   // 56 bits, else one per value.
+  const __m512i escape64 = _mm512_set1_epi64(kEscape);
   auto put8 = [&](uint64_t at) __attribute__((always_inline)) {
     const __m512i v = _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * at)));
-    if (_mm512_cmpge_epu64_mask(v, limit) == 0) [[likely]] {
-      // Byte 0 of each lane indexes the length and low-byte tables, byte 1 (v again) the high.
+    const __mmask8 large = _mm512_cmpge_epu64_mask(v, limit);
+    if (_mm512_mask_cmpge_epu64_mask(large, v, escape64) == 0) [[likely]] {
+      // Byte 0 of each lane indexes the length and low-byte tables, byte 1 (v again) the high;
+      // a value from 128 on takes its code from the whole table instead.
       const __m512i index = _mm512_or_si512(v, _mm512_slli_epi64(v, 8));
-      const __m512i len = _mm512_maskz_permutex2var_epi8(kByte0, len_lo, index, len_hi);
-      const __m512i bits = _mm512_or_si512(_mm512_maskz_permutex2var_epi8(kByte0, low_lo, index, low_hi),
-                                           _mm512_maskz_permutex2var_epi8(kByte1, high_lo, index, high_hi));
+      __m512i len = _mm512_maskz_permutex2var_epi8(kByte0, len_lo, index, len_hi);
+      __m512i bits = _mm512_or_si512(_mm512_maskz_permutex2var_epi8(kByte0, low_lo, index, low_hi),
+                                     _mm512_maskz_permutex2var_epi8(kByte1, high_lo, index, high_hi));
+      for (uint32_t m = large; m != 0; m &= m - 1) {
+        const uint32_t j = static_cast<uint32_t>(__builtin_ctz(m));
+        uint16_t big;
+        std::memcpy(&big, p + 2 * (at + j), 2);
+        const uint32_t e = code.Entry(big);
+        len = _mm512_mask_set1_epi64(len, static_cast<__mmask8>(1u << j), e >> 16);
+        bits = _mm512_mask_set1_epi64(bits, static_cast<__mmask8>(1u << j), e & 0xffff);
+      }
       __m512i end = _mm512_add_epi64(len, _mm512_alignr_epi64(len, zero, 7));  // inclusive prefix sums
       end = _mm512_add_epi64(end, _mm512_alignr_epi64(end, zero, 6));
       end = _mm512_add_epi64(end, _mm512_alignr_epi64(end, zero, 4));
@@ -194,13 +207,23 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
   const __m512i limit16 = _mm512_set1_epi16(static_cast<int16_t>(SmallSymbolCodes::kSymbols));
   constexpr __mmask64 kEvenBytes = 0x5555555555555555ull, kOddBytes = kEvenBytes << 1;
   uint64_t i = 0;
+  const __m512i escape16 = _mm512_set1_epi16(static_cast<int16_t>(kEscape));
   for (; i + 32 <= n; i += 32) {
     const __m512i v = _mm512_loadu_si512(p + 2 * i);
-    if (_mm512_cmpge_epu16_mask(v, limit16) == 0) {
+    const __mmask32 large = _mm512_cmpge_epu16_mask(v, limit16);
+    if (_mm512_mask_cmpge_epu16_mask(large, v, escape16) == 0) {
       const __m512i index = _mm512_or_si512(v, _mm512_slli_epi16(v, 8));
-      const __m512i len = _mm512_maskz_permutex2var_epi8(kEvenBytes, len_lo, index, len_hi);
-      const __m512i bits = _mm512_or_si512(_mm512_maskz_permutex2var_epi8(kEvenBytes, low_lo, index, low_hi),
-                                           _mm512_maskz_permutex2var_epi8(kOddBytes, high_lo, index, high_hi));
+      __m512i len = _mm512_maskz_permutex2var_epi8(kEvenBytes, len_lo, index, len_hi);
+      __m512i bits = _mm512_or_si512(_mm512_maskz_permutex2var_epi8(kEvenBytes, low_lo, index, low_hi),
+                                     _mm512_maskz_permutex2var_epi8(kOddBytes, high_lo, index, high_hi));
+      for (uint32_t m = large; m != 0; m &= m - 1) {  // values from 128 on: codes from the whole table
+        const uint32_t j = static_cast<uint32_t>(__builtin_ctz(m));
+        uint16_t big;
+        std::memcpy(&big, p + 2 * (i + j), 2);
+        const uint32_t e = code.Entry(big);
+        len = _mm512_mask_set1_epi16(len, 1u << j, static_cast<int16_t>(e >> 16));
+        bits = _mm512_mask_set1_epi16(bits, 1u << j, static_cast<int16_t>(e & 0xffff));
+      }
       __m512i bits8, len8;
       JoinEights(bits, len, &bits8, &len8);
       if (EightsFitWrites(len8)) [[likely]] {
