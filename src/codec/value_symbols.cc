@@ -168,8 +168,8 @@ void PutSymbols16(const uint8_t* p, uint64_t n, const HuffmanEncoder& code, cons
   const __m512i high_lo = _mm512_load_si512(small.high), high_hi = _mm512_load_si512(small.high + 64);
   const __m512i limit = _mm512_set1_epi64(SmallSymbolCodes::kSymbols), zero = _mm512_setzero_si512();
   constexpr __mmask64 kByte0 = 0x0101010101010101ull, kByte1 = kByte0 << 1;
-  // Values [at, at + 8): one write where all eight are below 128 and their codes total at most
-  // 56 bits, else one per value.
+  // Values [at, at + 8): one write where none is escaped and their codes total at most 56 bits,
+  // else one per value.
   const __m512i escape64 = _mm512_set1_epi64(kEscape);
   auto put8 = [&](uint64_t at) __attribute__((always_inline)) {
     const __m512i v = _mm512_cvtepu16_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * at)));
