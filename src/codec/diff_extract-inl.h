@@ -80,10 +80,10 @@ HWY_INLINE size_t CompressChanges16(D d16, V ov, V nv, M m, bool is_xor, uint16_
 // marks (bit i: element i), in order: their values (XOR of old and new, or new) to v16, their
 // old bits to o16 (kOld), their positions at + index to pos. Returns how many. One byte compress
 // of the indices 0..63 under m; two-source word permutes by those indices gather the values and
-// old bits (32 per permute), and the indices widened are the positions. A word of at most 16
-// changes (nearly all at the usual change rates) stores half vectors of values and old bits
-// (16 slots each), else whole ones (up to 31 slots after the last change); positions go in
-// groups of 16. Against two word compresses each for the values and the old bits and whole-vector
+// old bits (32 per permute), and the indices widened are the positions (StoreIndexPositions,
+// groups of 16). A word of at most 16 changes (nearly all at the usual change rates) stores half
+// vectors of values and old bits (16 slots each), else whole ones (up to 31 slots after the last
+// change). Against two word compresses each for the values and the old bits and whole-vector
 // stores always, with the caller skipping words without changes: the real 4.5 % pair's tiles
 // through DiffExtractTile in 0.6-0.7 of the time (the 1.4 % pair's alike).
 template <bool kOld>
@@ -94,8 +94,7 @@ HWY_INLINE size_t CompressChanges64(__m512i o0, __m512i n0, __m512i o1, __m512i 
   const __m512i x0 = is_xor ? _mm512_xor_si512(o0, n0) : n0, x1 = is_xor ? _mm512_xor_si512(o1, n1) : n1;
   const __m512i first32 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(index));
   const __m512i values = _mm512_permutex2var_epi16(x0, first32, x1);
-  const __m512i base = _mm512_set1_epi32(static_cast<int>(at));
-  _mm512_storeu_si512(pos, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(index)), base));
+  StoreIndexPositions(index, n, at, pos);
   if (n <= 16) [[likely]] {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v16), _mm512_castsi512_si256(values));
     if constexpr (kOld)
@@ -104,12 +103,6 @@ HWY_INLINE size_t CompressChanges64(__m512i o0, __m512i n0, __m512i o1, __m512i 
   }
   _mm512_storeu_si512(v16, values);
   if constexpr (kOld) _mm512_storeu_si512(o16, _mm512_permutex2var_epi16(o0, first32, o1));
-  HWY_ALIGN uint8_t bytes[64];
-  _mm512_store_si512(bytes, index);
-  for (size_t k = 16; k < n; k += 16) {
-    const __m128i sixteen = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes + k));
-    _mm512_storeu_si512(pos + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), base));
-  }
   if (n > 32) {
     const __m512i last32 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(index, 1));
     _mm512_storeu_si512(v16 + 32, _mm512_permutex2var_epi16(x0, last32, x1));

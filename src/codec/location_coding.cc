@@ -12,13 +12,13 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
 #include "base/reused_buffer.h"
 #include "codec/bit_stream.h"
 #include "codec/location_coding.h"
-#include "codec/rice_gaps.h"
 #include "codec/split_rice.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -94,7 +94,6 @@ GapSums BlockGapsAndSums(std::span<const uint32_t> pos, uint64_t block_start, in
   const hn::Rebind<uint32_t, decltype(d64)> d32;
   const size_t lanes = hn::Lanes(d64);
   gaps[0] = pos[0] - block_start;
-  GapSums sums;
   auto s0 = hn::Zero(d64), s1 = hn::Zero(d64), s2 = hn::Zero(d64);
   size_t gapped = 0;  // nonzero gaps among 1..
   size_t i = 1;
@@ -117,9 +116,7 @@ GapSums BlockGapsAndSums(std::span<const uint32_t> pos, uint64_t block_start, in
     gapped += g != 0;
     q0 += g >> k0, q1 += g >> (k0 + 1), q2 += g >> (k0 + 2);
   }
-  sums.quotients = {q0, q1, q2};
-  sums.runs = 1 + gapped;
-  return sums;
+  return {{q0, q1, q2}, 1 + gapped};
 }
 
 // Rice costs and the run count from the block's gap sums (with parameters k0, k0 + 1, k0 + 2);

@@ -68,15 +68,12 @@ HWY_INLINE __m512i ByteIota() {
   return _mm512_loadu_si512(kIota.data());
 }
 
-// out[k] = at + the index of m's k-th set bit, ascending, for k < popcount(m), which it returns:
-// one byte compress of `iota` (ByteIota(), passed in so that a loop loads it once) under m, and
-// a widening add and store of the first 16 (more, rarely, from a copy). Writes whole groups of
-// 16 slots: up to 16 past out[popcount(m)).
-HWY_INLINE size_t StoreMaskPositions(__m512i iota, uint64_t m, uint32_t at, uint32_t* out) {
-  const __m512i index = _mm512_maskz_compress_epi8(m, iota);
+// out[k] = at + index byte k, for k < n, where `index` holds a byte compress's n indices: a
+// widening add and store of the first 16 (more, rarely, from a copy). Writes whole groups of 16
+// slots: up to 16 past out[n).
+HWY_INLINE void StoreIndexPositions(__m512i index, size_t n, uint32_t at, uint32_t* out) {
   const __m512i base = _mm512_set1_epi32(static_cast<int>(at));
   _mm512_storeu_si512(out, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(index)), base));
-  const size_t n = static_cast<size_t>(PopCount64(m));
   if (n > 16) [[unlikely]] {
     HWY_ALIGN uint8_t bytes[64];
     _mm512_store_si512(bytes, index);
@@ -85,6 +82,14 @@ HWY_INLINE size_t StoreMaskPositions(__m512i iota, uint64_t m, uint32_t at, uint
       _mm512_storeu_si512(out + k, _mm512_add_epi32(_mm512_cvtepu8_epi32(sixteen), base));
     }
   }
+}
+
+// out[k] = at + the index of m's k-th set bit, ascending, for k < popcount(m), which it returns:
+// one byte compress of `iota` (ByteIota(), passed in so that a loop loads it once) under m, then
+// StoreIndexPositions (up to 16 slots past out[popcount(m)) written).
+HWY_INLINE size_t StoreMaskPositions(__m512i iota, uint64_t m, uint32_t at, uint32_t* out) {
+  const size_t n = static_cast<size_t>(PopCount64(m));
+  StoreIndexPositions(_mm512_maskz_compress_epi8(m, iota), n, at, out);
   return n;
 }
 #endif

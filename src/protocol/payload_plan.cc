@@ -53,8 +53,7 @@ PayloadPlan Plan(const std::vector<uint32_t>& listed, uint64_t capacity, Size si
   PayloadPlan plan = GreedyPlan(listed, capacity, size);
   if (plan.size() < 2) return plan;
   uint64_t total = 0;
-  for (const std::vector<PlannedSegment>& payload : plan)
-    for (const PlannedSegment& seg : payload) total += seg.count * size(seg.tensor).second;
+  for (const uint32_t t : listed) total += size(t).first * size(t).second;
   const uint64_t mean = (total + plan.size() - 1) / plan.size();
   return GreedyPlan(listed, std::min(capacity, mean + 8), size);
 }
