@@ -1,12 +1,13 @@
 // Codec tests, part 4: the canonical Huffman code (huffman.h). Round trips for single-symbol,
 // skewed, uniform and pathologically deep distributions; codes never longer than 15 bits; several
-// symbols per write; the multi-symbol and long-code tables; hostile tables and streams set the
-// overrun flag or are kCorrupt and never read outside their bytes. Value coding on top of it:
-// value_coding_test.cc.
+// symbols per write; code lengths those of the textbook construction; the multi-symbol and
+// long-code tables; hostile tables and streams set the overrun flag or are kCorrupt and never
+// read outside their bytes. Value coding on top of it: value_coding_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <queue>
 #include <random>
 #include <vector>
 
@@ -363,6 +364,66 @@ TEST(Huffman, CodeFromUsedSymbolsIsTheCodeFromDenseFrequencies) {
       ++cases;
     }
   EXPECT_EQ(cases, 120);
+}
+
+// The code lengths the format's encoder defines (docs/format.md §2.5), by the textbook
+// construction: a priority queue of (weight, node index), leaves numbered in symbol order before
+// the internal nodes in creation order, the two smallest merged until one is left; a code deeper
+// than 15 bits has its weights flattened (w -> w / 2 | 1) and is built again.
+std::vector<uint32_t> ReferenceLengths(std::vector<uint64_t> weight) {
+  const size_t u = weight.size();
+  if (u == 1) return {1};
+  for (;;) {
+    using Node = std::pair<uint64_t, size_t>;  // (weight, index)
+    std::priority_queue<Node, std::vector<Node>, std::greater<Node>> queue;
+    for (size_t i = 0; i < u; ++i) queue.push({weight[i], i});
+    std::vector<size_t> parent(2 * u - 1, 0);
+    for (size_t created = u; created < 2 * u - 1; ++created) {
+      const Node a = queue.top();
+      queue.pop();
+      const Node b = queue.top();
+      queue.pop();
+      parent[a.second] = parent[b.second] = created;
+      queue.push({a.first + b.first, created});
+    }
+    std::vector<uint32_t> depth(2 * u - 1, 0);
+    for (size_t i = 2 * u - 2; i-- > 0;) depth[i] = depth[parent[i]] + 1;
+    depth.resize(u);
+    if (*std::max_element(depth.begin(), depth.end()) <= static_cast<uint32_t>(kHuffmanMaxBits)) return depth;
+    for (uint64_t& w : weight) w = w >> 1 | 1;
+  }
+}
+
+// Every code length is the reference construction's, whatever the weights: ties (many equal
+// small weights), weights on both sides of the encoder's counting-sort bound (256), large ones,
+// and Fibonacci-like ones that need flattening.
+TEST(Huffman, CodeLengthsAreThoseOfThePriorityQueueConstruction) {
+  std::mt19937_64 rng(11);
+  int flattened = 0;
+  for (int round = 0; round < 400; ++round) {
+    const size_t used = 1 + rng() % (round % 4 == 0 ? 4096 : 400);
+    std::vector<uint32_t> symbols;
+    for (uint32_t s = 0; s < kHuffmanMaxSymbols && symbols.size() < used; ++s)
+      if (rng() % (kHuffmanMaxSymbols / used + 1) == 0) symbols.push_back(s);
+    if (symbols.empty()) symbols.push_back(static_cast<uint32_t>(rng() % kHuffmanMaxSymbols));
+    std::vector<uint64_t> weights(symbols.size());
+    for (size_t i = 0; i < weights.size(); ++i) {
+      switch (round % 5) {
+        case 0: weights[i] = 1 + rng() % 4; break;                          // ties
+        case 1: weights[i] = 200 + rng() % 120; break;                      // straddling 256
+        case 2: weights[i] = 1 + (rng() >> (12 + rng() % 52)); break;       // up to 2^52
+        case 3: weights[i] = i < 2 ? 1 : weights[i - 1] + weights[i - 2]; break;  // Fibonacci: deep
+        default: weights[i] = rng() % 3 == 0 ? 1 + rng() % 300 : 1 + rng() % 40000;
+      }
+      weights[i] = std::min<uint64_t>(weights[i], (uint64_t{1} << 52) - 1);
+    }
+    const std::vector<uint32_t> want = ReferenceLengths(weights);
+    flattened += *std::max_element(want.begin(), want.end()) == kHuffmanMaxBits;
+    const HuffmanEncoder code(kHuffmanMaxSymbols, symbols, weights);
+    for (size_t i = 0; i < symbols.size(); ++i)
+      ASSERT_EQ(code.Entry(symbols[i]) >> 16, want[i]) << "round " << round << ", symbol " << symbols[i];
+  }
+  EXPECT_GT(flattened, 20);
 }
 
 Status ReadTable(const std::vector<uint8_t>& t, uint32_t alphabet = kHuffmanMaxSymbols) {
