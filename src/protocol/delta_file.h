@@ -35,6 +35,11 @@ inline constexpr uint32_t kMinDeltaFormatVersion = 1;
 // u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
 inline constexpr size_t kDeltaTailBytes = 32;
 inline constexpr uint64_t kMaxDeltaFooterBytes = 1ull << 30;
+// The zstd level of a footer of `json_bytes` bytes of JSON: the densest (19) up to
+// kSmallFooterJsonBytes (a few hundred tensors; at most ~20 ms), a fast one (9) above, where
+// level 19 would take seconds after the last payload. Readers take any level.
+inline constexpr uint64_t kSmallFooterJsonBytes = 64 * 1024;
+int FooterZstdLevel(uint64_t json_bytes);
 
 // Per-tensor digests are recorded only as tags, the low bits of each tensor's digest: the 128-bit
 // checkpoint digests verify, the tags only name the tensor that failed (a wrong tensor escapes
