@@ -301,7 +301,7 @@ void RegisterRefitCommands(CLI::App& app, int* exit_code) {
   push->add_option("--arity", push_args->arity, "Children per node of the relay tree")->capture_default_str();
   push->add_option("--timeout", push_args->timeout, "Seconds to wait for any peer before aborting")->capture_default_str();
   push->add_option("--threads", push_args->threads, "Encoder threads (0 = all)");
-  push->add_option("--chunk-kib", push_args->chunk_kib, "Dense KiB covered by one payload at most")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  push->add_option("--chunk-kib", push_args->chunk_kib, "Dense KiB covered by one payload at most (payloads are cut to about equal size, as few as this allows)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   push->add_option("--window", push_args->window, "Unacknowledged payloads in flight")->capture_default_str();
   push->add_flag("--plain", push_args->plain, "Plain codec mode only (default: context mode where smaller)");
   push->add_flag("--dense", push_args->dense, "Send every element (a full-checkpoint refit through the same path, for comparison)");
