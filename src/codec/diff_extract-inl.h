@@ -8,6 +8,7 @@
 #define DCR_CODEC_DIFF_EXTRACT_INL_H_
 #endif
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -171,6 +172,13 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Prefetches both 64-byte lines of the 64 elements kDiffPrefetchBytes past `p`.
+HWY_INLINE void PrefetchAhead(const uint16_t* p) {
+  const uint8_t* ahead = reinterpret_cast<const uint8_t*>(p) + kDiffPrefetchBytes;
+  hwy::Prefetch(ahead);
+  hwy::Prefetch(ahead + 64);
+}
+
 // AVX-512, 2-byte elements, one tile (count <= kMaskTileElements) with about a change per word
 // or more: DifferMasks and ExtractWords16 in one pass, each vector of 32 elements loaded and
 // compared once, its changes' values (and old bits), 16-bit indices compressed as they are found
@@ -187,6 +195,7 @@ HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t
 #if HWY_TARGET <= HWY_AVX3_DL
   const size_t whole = count / 64 * 64;
   for (size_t i = 0; i < whole; i += 64) {
+    PrefetchAhead(a + i), PrefetchAhead(b + i);
     const __m512i o0 = _mm512_loadu_si512(a + i), n0 = _mm512_loadu_si512(b + i);
     const __m512i o1 = _mm512_loadu_si512(a + i + 32), n1 = _mm512_loadu_si512(b + i + 32);
     const uint64_t m = uint64_t{_mm512_cmpneq_epi16_mask(o1, n1)} << 32 | _mm512_cmpneq_epi16_mask(o0, n0);
@@ -201,6 +210,7 @@ HWY_INLINE size_t DiffExtract16(const uint8_t* base, const uint8_t* next, size_t
   HWY_ALIGN uint16_t local[kMaxCount + 64];  // the indices, and room for a whole vector past them
   const size_t whole = std::min(count, kMaxCount) / lanes * lanes;
   for (size_t i = 0; i < whole; i += lanes) {
+    if (i % 64 == 0) PrefetchAhead(a + i), PrefetchAhead(b + i);
     const auto ov = hn::LoadU(d16, a + i), nv = hn::LoadU(d16, b + i);
     done += CompressChanges16<kOld>(d16, ov, nv, hn::Ne(ov, nv), is_xor, static_cast<uint16_t>(i), v16 + done,
                                     o16 + done, local + done);
