@@ -8,7 +8,6 @@
 #define DCR_CODEC_DIFF_EXTRACT_INL_H_
 #endif
 
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -173,11 +172,7 @@ HWY_INLINE size_t ExtractWords16(const uint8_t* base, const uint8_t* next, const
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // Prefetches both 64-byte lines of the 64 elements kDiffPrefetchBytes past `p`.
-HWY_INLINE void PrefetchAhead(const uint16_t* p) {
-  const uint8_t* ahead = reinterpret_cast<const uint8_t*>(p) + kDiffPrefetchBytes;
-  hwy::Prefetch(ahead);
-  hwy::Prefetch(ahead + 64);
-}
+HWY_INLINE void PrefetchAhead(const uint16_t* p) { PrefetchDiffInput(p), PrefetchDiffInput(p + 32); }
 
 // AVX-512, 2-byte elements, one tile (count <= kMaskTileElements) with about a change per word
 // or more: DifferMasks and ExtractWords16 in one pass, each vector of 32 elements loaded and

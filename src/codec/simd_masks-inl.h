@@ -104,8 +104,14 @@ using Tag64 = hn::CappedTag<T, 64>;
 // 4 KiB were alike), two-thread plain encodes of the real pairs took 0.90 of the time at 0.4 %
 // change, 0.97-0.99 at 1.4 % and 0.92 at 4.5 % (Zen 5, three interleaved rounds; the 32 MiB
 // tensor from memory, 0.89; at 4.5 % with the AVX3 and the AVX2 target's code forced, 0.92-0.93
-// and 0.91-0.93). Prefetches past an input's end never fault.
+// and 0.91-0.93). Prefetches never fault.
 constexpr size_t kDiffPrefetchBytes = 2048;
+
+// Prefetches the line kDiffPrefetchBytes past `p`: an address formed as an integer, since it may
+// lie past the end of the input (where the prefetch does nothing).
+HWY_INLINE void PrefetchDiffInput(const void* p) {
+  hwy::Prefetch(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + kDiffPrefetchBytes));
+}
 
 template <typename T>
 size_t DifferMasksT(const uint8_t* a_bytes, const uint8_t* b_bytes, size_t count, uint64_t* masks) {
@@ -116,10 +122,8 @@ size_t DifferMasksT(const uint8_t* a_bytes, const uint8_t* b_bytes, size_t count
   const size_t words = count / 64;
   size_t differ = 0;
   for (size_t w = 0; w < words; ++w) {
-    for (size_t line = 0; line < sizeof(T); ++line) {  // the lines of the word kDiffPrefetchBytes on
-      hwy::Prefetch(a_bytes + 64 * (w * sizeof(T) + line) + kDiffPrefetchBytes);
-      hwy::Prefetch(b_bytes + 64 * (w * sizeof(T) + line) + kDiffPrefetchBytes);
-    }
+    for (size_t line = 0; line < sizeof(T); ++line)  // the word's lines
+      PrefetchDiffInput(a + 64 * w + line * 64 / sizeof(T)), PrefetchDiffInput(b + 64 * w + line * 64 / sizeof(T));
     uint64_t word = 0;
     for (size_t i = 0; i < 64; i += n)
       word |= MaskWord(d, hn::Ne(hn::LoadU(d, a + 64 * w + i), hn::LoadU(d, b + 64 * w + i))) << i;
