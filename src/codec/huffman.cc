@@ -58,7 +58,7 @@ std::vector<uint32_t> LeafDepths(std::span<const uint64_t> leaf_weight) {
   // Node 2u - 1 is a sentinel after the last leaf, and internal nodes not yet created weigh as
   // much as it: a pop compares the two fronts' weights and nothing else. (Taken without a branch,
   // by conditional moves, each pop waited on the loads of the one before: the code construction
-  // of the real 4.5 % pair took 9.0 us against 6.2.)
+  // of the real 4.5 % pair took 9.0 us against 5.3 with the branch.)
   constexpr uint64_t kNever = ~uint64_t{0};  // above any sum of u < 2^12 weights below 2^52
   const size_t sentinel = 2 * u - 1;
   uint64_t* const weight = weight_room.Take(2 * u).data();
