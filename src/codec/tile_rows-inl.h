@@ -45,6 +45,9 @@ constexpr size_t kRowSlots = 16;
 struct TileRows {
   alignas(64) uint64_t w[kTileWords * kRowSlots] = {};
   alignas(64) int16_t pre[kMaxContextBands + 1][kPreStride];
+  // The GFNI kernel's count of each row's set bits in the words it did (rows 0..7), stored whole:
+  // its prefix counts go out by masked stores, which a load right after waits on.
+  alignas(64) uint64_t kernel_totals[8];
   size_t words = 0;
   uint64_t Row(size_t r, size_t wd) const { return w[wd * kRowSlots + r]; }
   uint64_t Band(size_t b, size_t wd) const { return w[wd * kRowSlots + b] & ~w[wd * kRowSlots + b + 1]; }
@@ -171,6 +174,7 @@ DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint
       _mm512_mask_storeu_epi16(&rows->pre[r + 4][w0] - 8 * r, m, hi);
     }
   }
+  _mm512_store_si512(rows->kernel_totals, sum);
 }
 
 // The whole words of a tile by the GFNI kernel; returns them (0: not used here).
@@ -253,7 +257,10 @@ inline void LoadTileRows(const ContextSegment& seg, const TileClassifier& c, uin
   std::memset(rows->pre[k], 0, sizeof(int16_t) * (kTileWords + 1));
   for (size_t r = 1; r < k; ++r) {  // what the kernels left: the tail word, the totals, scalar kernels
     int16_t* pre = rows->pre[r];
-    int32_t before = counted == 0 ? 0 : pre[counted - 1] + PopCount64(rows->Row(r, counted - 1));
+    // From the kernel's totals where it counted: its masked stores of `pre` stalled a load here.
+    int32_t before = counted == 0                                  ? 0
+                     : counted == gfni_words                       ? static_cast<int32_t>(rows->kernel_totals[r])
+                                                                   : pre[counted - 1] + PopCount64(rows->Row(r, counted - 1));
     for (size_t wd = counted; wd <= kTileWords; ++wd) {
       pre[wd] = static_cast<int16_t>(before);
       if (wd < words) before += PopCount64(rows->Row(r, wd));
