@@ -5,11 +5,11 @@
 
 #include <zstd.h>
 
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "codec/bit_stream.h"
 #include "format/checkpoint.h"
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
@@ -24,12 +24,6 @@ using test::ReadAll;
 using test::TempDir;
 using test::Tensors;
 
-uint64_t Le64(const std::vector<uint8_t>& b, size_t at) {
-  uint64_t v = 0;
-  std::memcpy(&v, b.data() + at, 8);
-  return v;
-}
-
 // A delta file's footer: its stored (compressed) bytes and its JSON (docs/format.md §1).
 struct Footer {
   std::vector<uint8_t> stored;
@@ -39,7 +33,7 @@ struct Footer {
 Footer ReadFooter(const std::string& path) {
   const std::vector<uint8_t> file = ReadAll(path);
   const size_t tail = file.size() - kDeltaTailBytes;
-  const uint64_t stored = Le64(file, tail), json = Le64(file, tail + 8);
+  const uint64_t stored = LoadLe(file.data() + tail, 8), json = LoadLe(file.data() + tail + 8, 8);
   Footer f;
   f.stored.assign(file.begin() + static_cast<std::ptrdiff_t>(tail - stored), file.begin() + static_cast<std::ptrdiff_t>(tail));
   f.json.resize(json);
