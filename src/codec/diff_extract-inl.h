@@ -90,7 +90,7 @@ template <bool kOld>
 HWY_INLINE size_t CompressChanges64(__m512i o0, __m512i n0, __m512i o1, __m512i n1, uint64_t m, bool is_xor,
                                     uint32_t at, uint16_t* v16, uint16_t* o16, uint32_t* pos) {
   const size_t n = static_cast<size_t>(PopCount64(m));
-  const __m512i index = _mm512_maskz_compress_epi8(m, ByteIota());
+  const __m512i index = CompressBytes(m, ByteIota());
   const __m512i x0 = is_xor ? _mm512_xor_si512(o0, n0) : n0, x1 = is_xor ? _mm512_xor_si512(o1, n1) : n1;
   const __m512i first32 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(index));
   const __m512i values = _mm512_permutex2var_epi16(x0, first32, x1);

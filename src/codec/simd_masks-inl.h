@@ -59,6 +59,19 @@ HWY_INLINE void WidenIndices(const uint16_t* in, size_t n, uint32_t at, uint32_t
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+// The bytes of v that m selects, packed into the low lanes; the rest zero. A zero-masked
+// vpcompressb (_mm512_maskz_compress_epi8) waits for the last write of its destination register
+// on a Zen 5 (a false dependency, as if it merged), and GCC reuses one register from step to
+// step, so a loop of compresses ran as one chain through that register: a word's positions
+// (StoreMaskPositions) took 4.4x as long as in this form, where the destination is first a copy
+// of a zero the compiler cannot see is zero (so the merge stays a merge) and the copy, renamed,
+// ends the chain.
+HWY_INLINE __m512i CompressBytes(uint64_t m, __m512i v) {
+  __m512i zero = _mm512_setzero_si512();
+  asm("" : "+v"(zero));  // opaque: otherwise the merge into zero becomes the zero-masked form
+  return _mm512_mask_compress_epi8(zero, m, v);
+}
+
 // The bytes 0..63, for StoreMaskPositions.
 HWY_INLINE __m512i ByteIota() {
   static constexpr auto kIota = [] {
@@ -90,7 +103,7 @@ HWY_INLINE void StoreIndexPositions(__m512i index, size_t n, uint32_t at, uint32
 // StoreIndexPositions (up to 16 slots past out[popcount(m)) written).
 HWY_INLINE size_t StoreMaskPositions(__m512i iota, uint64_t m, uint32_t at, uint32_t* out) {
   const size_t n = static_cast<size_t>(PopCount64(m));
-  StoreIndexPositions(_mm512_maskz_compress_epi8(m, iota), n, at, out);
+  StoreIndexPositions(CompressBytes(m, iota), n, at, out);
   return n;
 }
 #endif

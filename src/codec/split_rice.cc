@@ -8,10 +8,12 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 
 #include "codec/bit_stream.h"
+#include "codec/simd_masks-inl.h"
 #include "codec/split_rice.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -57,25 +59,22 @@ constexpr bool kHaveSimd = true;
 // word, then 8 byte permutes that widen groups of 8 to 64-bit lanes and 8 masked stores (no
 // branch on the word's count; nothing written past out[n)).
 uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
-  static constexpr auto kIndex = [] {
-    struct {
-      uint8_t iota[64], widen[8][64];
-    } x{};
-    for (int i = 0; i < 64; ++i) x.iota[i] = static_cast<uint8_t>(i);
-    for (int g = 0; g < 8; ++g)
-      for (int i = 0; i < 64; ++i) x.widen[g][i] = static_cast<uint8_t>(8 * g + i / 8);  // byte 0 of lane i/8 counts
+  static constexpr auto kWiden = [] {
+    std::array<std::array<uint8_t, 64>, 8> x{};
+    for (size_t g = 0; g < 8; ++g)
+      for (size_t i = 0; i < 64; ++i) x[g][i] = static_cast<uint8_t>(8 * g + i / 8);  // byte 0 of lane i/8 counts
     return x;
   }();
-  const __m512i iota = _mm512_loadu_si512(kIndex.iota);
+  const __m512i iota = ByteIota();
   __m512i widen[8];
-  for (int g = 0; g < 8; ++g) widen[g] = _mm512_loadu_si512(kIndex.widen[g]);
+  for (size_t g = 0; g < 8; ++g) widen[g] = _mm512_loadu_si512(kWiden[g].data());
   constexpr __mmask64 kLowBytes = 0x0101010101010101ull;
   uint64_t j = 0;
   for (size_t at = 0; at < area.size() && j < n; at += 8) {
     const uint64_t m = WordAt(area.data(), area.size(), at);
     const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(__builtin_popcountll(m)), n - j);
     const uint64_t lanes = take == 64 ? ~uint64_t{0} : (uint64_t{1} << take) - 1;
-    const __m512i idx = _mm512_maskz_compress_epi8(m, iota);
+    const __m512i idx = CompressBytes(m, iota);
     const __m512i base = _mm512_set1_epi64(static_cast<int64_t>(8 * uint64_t{at}));
     for (int g = 0; g < 8; ++g) {
       const __m512i v = _mm512_maskz_permutexvar_epi8(kLowBytes, widen[g], idx);
