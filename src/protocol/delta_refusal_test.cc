@@ -21,6 +21,7 @@
 #include "protocol/delta_apply.h"
 #include "protocol/delta_diff.h"
 #include "protocol/delta_file.h"
+#include "protocol/protocol_test_support.h"
 #include "protocol/state_digest.h"
 #include "testing/tensor_set.h"
 #include "testing/test_files.h"
@@ -32,6 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+using protocol_test::Apply;
+using protocol_test::OpenOrDie;
 using test::ReadAll;
 using test::TempDir;
 using test::Tensors;
@@ -76,20 +79,6 @@ Tensors MakeNext(const Tensors& base) {
   const uint32_t pz = 0;
   std::memcpy(t.storage[1].data(), &pz, 4);
   return t;
-}
-
-Checkpoint OpenOrDie(const std::string& path) {
-  auto c = Checkpoint::Open(path);
-  if (!c.ok()) Fatal(__FILE__, __LINE__, c.status().ToString());
-  return std::move(c).value();
-}
-
-Result<ApplyStats> Apply(const std::string& delta, const std::string& target) {
-  auto r = DeltaReader::Open(delta);
-  if (!r.ok()) return r.status();
-  auto t = Checkpoint::Open(target, MappedFile::Mode::kReadWrite);
-  if (!t.ok()) return t.status();
-  return ApplyDelta(*r, *t, ApplyOptions{});
 }
 
 // The parts of a delta file: the payload region [0, F) and the footer JSON (stored zstd-compressed).
