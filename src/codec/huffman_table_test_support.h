@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "codec/bit_stream.h"
@@ -14,6 +15,14 @@ namespace dcr {
 
 // One table entry (docs/format.md §2.5): varint (symbol gap << 4 | code length).
 inline void PutEntry(std::vector<uint8_t>& out, uint64_t gap, uint64_t len) { PutVarint(out, gap << 4 | len); }
+
+// A table of `m` entries (each a symbol gap and a code length, as given: they may break the rules).
+inline std::vector<uint8_t> TableOf(uint64_t m, const std::vector<std::pair<uint64_t, uint64_t>>& gap_len) {
+  std::vector<uint8_t> out;
+  PutVarint(out, m);
+  for (auto [g, l] : gap_len) PutEntry(out, g, l);
+  return out;
+}
 
 // The code lengths a table written by WriteTable declares (index = symbol), parsed by the format's
 // rules (docs/format.md §2.5): varint m, then m × varint (symbol gap << 4 | code length).
