@@ -1,6 +1,7 @@
-// Test data and helpers of the protocol tests (protocol_test.cc, delta_determinism_test.cc): a
-// checkpoint of mixed dtypes with special values, empty tensors and a scalar, a "next" one that
-// changes some elements of most tensors, and a pair of them written to a temporary directory.
+// Test data and helpers of the protocol tests (protocol_test.cc, delta_determinism_test.cc; also
+// OpenOrDie and Apply for delta_refusal_test.cc): a checkpoint of mixed dtypes with special
+// values, empty tensors and a scalar, a "next" one that changes some elements of most tensors,
+// and a pair of them written to a temporary directory.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@ namespace fs = std::filesystem;
 using test::ReadAll;
 using test::TempDir;
 using test::Tensors;
+
 inline void Put(std::vector<uint8_t>& b, size_t i, uint32_t w, uint64_t v) { std::memcpy(b.data() + i * w, &v, w); }
 inline uint64_t Get(const std::vector<uint8_t>& b, size_t i, uint32_t w) {
   uint64_t v = 0;
