@@ -47,9 +47,9 @@ TEST(Huffman, MultiSymbolTableHoldsTheCodesOfEachWindow) {
     tables.emplace_back();
     HuffmanEncoder(freq).WriteTable(&tables.back());
   }
-  tables.push_back(TableOf(1, {{5, 3}}));                     // one 3-bit code
-  tables.push_back(TableOf(3, {{0, 1}, {1, 4}, {0, 12}}));    // 1, 4 and 12 bits, incomplete
-  tables.push_back(TableOf(2, {{7, 2}, {2000, 15}}));         // a 2-bit and a 15-bit code
+  tables.push_back(TableOf(1, {{5, 3}}));                   // one 3-bit code
+  tables.push_back(TableOf(3, {{0, 1}, {1, 4}, {0, 12}}));  // 1, 4 and 12 bits, incomplete
+  tables.push_back(TableOf(2, {{7, 2}, {2000, 15}}));       // a 2-bit and a 15-bit code
   for (size_t t = 0; t < tables.size(); ++t) {
     const std::vector<uint8_t> len = TableLengths(tables[t], kHuffmanMaxSymbols);
     for (uint32_t stop : {kHuffmanMaxSymbols, 40u, 5u, 0u}) {
@@ -120,25 +120,25 @@ Status ReadTable(const std::vector<uint8_t>& t, uint32_t alphabet = kHuffmanMaxS
 TEST(Huffman, MalformedTablesAreCorrupt) {
   const auto kC = StatusCode::kCorrupt;
   EXPECT_TRUE(ReadTable(TableOf(1, {{0x42, 1}})).ok());
-  EXPECT_TRUE(ReadTable(TableOf(2, {{0, 1}, {0, 1}})).ok());                   // symbols 0 and 1, length 1
-  EXPECT_TRUE(ReadTable(TableOf(2, {{0, 2}, {0, 3}})).ok());                   // incomplete codes are allowed
-  EXPECT_TRUE(ReadTable(TableOf(1, {{4095, 15}})).ok());                       // symbol 4095, longest code
-  EXPECT_EQ(ReadTable({}).code(), kC);                                       // empty
-  EXPECT_EQ(ReadTable({0}).code(), kC);                                      // no symbols
-  EXPECT_EQ(ReadTable(TableOf(4097, {})).code(), kC);                          // more symbols than the alphabet
-  EXPECT_EQ(ReadTable({0x80}).code(), kC);                                   // truncated count
-  EXPECT_EQ(ReadTable(TableOf(2, {{0, 1}})).code(), kC);                       // an entry missing
-  EXPECT_EQ(ReadTable({1, 0x81}).code(), kC);                                // truncated entry varint
-  EXPECT_EQ(ReadTable(TableOf(1, {{4096, 1}})).code(), kC);                    // symbol 4096
-  EXPECT_TRUE(ReadTable(TableOf(2, {{4094, 1}, {0, 1}})).ok());                // 4094, then 4095
-  EXPECT_EQ(ReadTable(TableOf(2, {{4094, 1}, {1, 1}})).code(), kC);            // 4094, then 4096
-  EXPECT_EQ(ReadTable(TableOf(2, {{4095, 1}, {0, 1}})).code(), kC);            // 4095, then 4096
+  EXPECT_TRUE(ReadTable(TableOf(2, {{0, 1}, {0, 1}})).ok());              // symbols 0 and 1, length 1
+  EXPECT_TRUE(ReadTable(TableOf(2, {{0, 2}, {0, 3}})).ok());              // incomplete codes are allowed
+  EXPECT_TRUE(ReadTable(TableOf(1, {{4095, 15}})).ok());                  // symbol 4095, longest code
+  EXPECT_EQ(ReadTable({}).code(), kC);                                    // empty
+  EXPECT_EQ(ReadTable({0}).code(), kC);                                   // no symbols
+  EXPECT_EQ(ReadTable(TableOf(4097, {})).code(), kC);                     // more symbols than the alphabet
+  EXPECT_EQ(ReadTable({0x80}).code(), kC);                                // truncated count
+  EXPECT_EQ(ReadTable(TableOf(2, {{0, 1}})).code(), kC);                  // an entry missing
+  EXPECT_EQ(ReadTable({1, 0x81}).code(), kC);                             // truncated entry varint
+  EXPECT_EQ(ReadTable(TableOf(1, {{4096, 1}})).code(), kC);               // symbol 4096
+  EXPECT_TRUE(ReadTable(TableOf(2, {{4094, 1}, {0, 1}})).ok());           // 4094, then 4095
+  EXPECT_EQ(ReadTable(TableOf(2, {{4094, 1}, {1, 1}})).code(), kC);       // 4094, then 4096
+  EXPECT_EQ(ReadTable(TableOf(2, {{4095, 1}, {0, 1}})).code(), kC);       // 4095, then 4096
   EXPECT_EQ(ReadTable({2, 0x01, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}).code(), kC);  // gap 2^60-1
   EXPECT_EQ(ReadTable({1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}).code(), kC);  // entry overflows 64 bits
-  EXPECT_EQ(ReadTable(TableOf(1, {{0x42, 0}})).code(), kC);                    // length 0
+  EXPECT_EQ(ReadTable(TableOf(1, {{0x42, 0}})).code(), kC);               // length 0
   EXPECT_EQ(ReadTable(TableOf(2, {{0x42, 1}, {0, 0}})).code(), kC);
-  EXPECT_EQ(ReadTable(TableOf(3, {{0, 1}, {0, 1}, {0, 1}})).code(), kC);       // over-subscribed: three 1-bit codes
-  EXPECT_EQ(ReadTable(TableOf(3, {{0, 1}, {0, 2}, {0, 1}})).code(), kC);       // 1/2 + 1/4 + 1/2
+  EXPECT_EQ(ReadTable(TableOf(3, {{0, 1}, {0, 1}, {0, 1}})).code(), kC);  // over-subscribed: three 1-bit codes
+  EXPECT_EQ(ReadTable(TableOf(3, {{0, 1}, {0, 2}, {0, 1}})).code(), kC);  // 1/2 + 1/4 + 1/2
   // 4096 codes of 12 bits fill the code space exactly; one of 11 bits over-subscribes it.
   std::vector<std::pair<uint64_t, uint64_t>> full(kHuffmanMaxSymbols, {0, 12});
   EXPECT_TRUE(ReadTable(TableOf(kHuffmanMaxSymbols, full)).ok());

@@ -16,6 +16,25 @@ namespace {
 
 using namespace protocol_test;  // NOLINT: the shared test data and helpers
 
+// Flips the low bits (XOR 1..7, as one-ulp steps do) of about `percent` % of the BF16 elements of
+// next's tensors from number `first` on.
+void FlipSomeBF16(Tensors& next, size_t first, uint64_t percent, std::mt19937_64& rng) {
+  for (size_t t = first; t < next.list.size(); ++t)
+    for (size_t i = 0; i < next.storage[t].size() / 2; ++i)
+      if (rng() % 100 < percent) Put(next.storage[t], i, 2, Get(next.storage[t], i, 2) ^ (1 + rng() % 7));
+}
+
+// `base` and `next` written to dir/base.safetensors and dir/next.safetensors, and opened.
+struct OpenedPair {
+  Checkpoint base, next;
+};
+OpenedPair WriteAndOpen(const fs::path& dir, Tensors& base, Tensors& next) {
+  if (!WriteSafetensors(dir / "base.safetensors", base.Bind()).ok() ||
+      !WriteSafetensors(dir / "next.safetensors", next.Bind()).ok())
+    Fatal(__FILE__, __LINE__, "cannot write test checkpoints");
+  return {OpenOrDie(dir / "base.safetensors"), OpenOrDie(dir / "next.safetensors")};
+}
+
 TEST(DeltaDeterminism, FileIsByteIdenticalForOneTwoAndFourThreadsAndAnyChunkSize) {
   Pair p;
   for (uint64_t chunk_bytes : {kDefaultChunkBytes, uint64_t{4096}, uint64_t{256}, uint64_t{8}}) {
@@ -116,13 +135,9 @@ TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
     base.Add("a.weight", DType::kBF16, {1200, 1000}, rng);
     if (first_unchanged) base.Add("b.bias", DType::kBF16, {5000}, rng);
     Tensors next = base;
-    for (size_t t = first_unchanged ? 1 : 0; t < next.list.size(); ++t)
-      for (size_t i = 0; i < next.storage[t].size() / 2; ++i)
-        if (rng() % 100 < 3) Put(next.storage[t], i, 2, Get(next.storage[t], i, 2) ^ (1 + rng() % 7));
+    FlipSomeBF16(next, first_unchanged ? 1 : 0, 3, rng);
     TempDir dir{"dcr_protocol_test_"};
-    ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
-    ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
-    const Checkpoint base_file = OpenOrDie(dir / "base.safetensors"), next_file = OpenOrDie(dir / "next.safetensors");
+    const auto [base_file, next_file] = WriteAndOpen(dir.path(), base, next);
     const PayloadPlan plan = PlanPayloads(base_file.tensors(), uint64_t{1} << 30);
     ASSERT_EQ(plan.size(), 1u);
     ASSERT_GE(uint64_t{1200000}, kConcurrentDiffMinElements);
@@ -171,9 +186,7 @@ TEST(PayloadEncode, RandomPayloadsOnTwoThreadsGiveOneThreadsBytes) {
       for (size_t i = 0; i < next.storage[t].size() / w; ++i)
         if (rng() % 100 < percent) next.storage[t][i * w] ^= static_cast<uint8_t>(1 + rng() % 7);
     }
-    ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
-    ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
-    const Checkpoint b = OpenOrDie(dir / "base.safetensors"), n = OpenOrDie(dir / "next.safetensors");
+    const auto [b, n] = WriteAndOpen(dir.path(), base, next);
     const PayloadPlan plan = PlanPayloads(b.tensors(), uint64_t{1} << 30);
     pause.Set(rng() % 3 == 0 ? static_cast<int>(rng() % 50) : 0);
     for (Context context : {Context::kNever, Context::kWhenSmaller})
@@ -203,13 +216,9 @@ TEST(PayloadEncode, AnUnchangedPayloadLeavesNothingBehindOnItsThread) {
   base.Add("a.weight", DType::kBF16, {600, 1000}, rng);
   base.Add("b.weight", DType::kBF16, {500, 1000}, rng);
   Tensors next = base;
-  for (size_t t = 0; t < next.list.size(); ++t)
-    for (size_t i = 0; i < next.storage[t].size() / 2; ++i)
-      if (rng() % 100 < 4) Put(next.storage[t], i, 2, Get(next.storage[t], i, 2) ^ (1 + rng() % 7));
+  FlipSomeBF16(next, 0, 4, rng);
   TempDir dir{"dcr_protocol_test_"};
-  ASSERT_TRUE(WriteSafetensors(dir / "base.safetensors", base.Bind()).ok());
-  ASSERT_TRUE(WriteSafetensors(dir / "next.safetensors", next.Bind()).ok());
-  const Checkpoint base_file = OpenOrDie(dir / "base.safetensors"), next_file = OpenOrDie(dir / "next.safetensors");
+  const auto [base_file, next_file] = WriteAndOpen(dir.path(), base, next);
   const std::vector<TensorRef>& b = base_file.tensors();
   const std::vector<TensorRef>& n = next_file.tensors();
   const PayloadPlan plan = PlanPayloads(b, uint64_t{1} << 30);
