@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 
@@ -122,6 +123,34 @@ TEST(RunConcurrently, RunsBothAtOnceAndReportsTheSideErrorFirst) {
   EXPECT_EQ(s.message(), "side");
   EXPECT_TRUE(main_ran);
   EXPECT_EQ(RunConcurrently([] { return Status::Ok(); }, [] { return Corrupt("main"); }).message(), "main");
+}
+
+TEST(RunConcurrently, AForkedChildStartsHelpersOfItsOwn) {
+  // The parent's pool holds an idle helper; a forked child has no such thread. Its call must
+  // start one: side and main each wait (up to 10 s) for the other to start, so they meet only if
+  // side runs on another thread while main runs, not after main on the caller.
+  ASSERT_TRUE(RunConcurrently([] { return Status::Ok(); }, [] { return Status::Ok(); }).ok());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::atomic<int> started{0};
+    auto meet = [&] {
+      started++;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < 2)
+        if (std::chrono::steady_clock::now() > until) return false;
+      return true;
+    };
+    bool side_met = false, main_met = false;
+    std::thread::id side_id;
+    const Status s = RunConcurrently([&] { side_id = std::this_thread::get_id(), side_met = meet(); return Status::Ok(); },
+                                     [&] { main_met = meet(); return Status::Ok(); });
+    ::_exit(s.ok() && side_met && main_met && side_id != std::this_thread::get_id() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's side ran on its calling thread, after main";
 }
 
 TEST(RunConcurrently, KeepsItsHelperBetweenCallsAndServesConcurrentCallers) {

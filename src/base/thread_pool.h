@@ -14,7 +14,7 @@
 
 namespace dcr {
 
-// Number of hardware threads (at least 1).
+// Number of hardware threads (at least 1), counted once per process.
 int HardwareThreads();
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0 = all hardware threads).
