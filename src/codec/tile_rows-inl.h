@@ -45,8 +45,8 @@ constexpr size_t kRowSlots = 16;
 struct TileRows {
   alignas(64) uint64_t w[kTileWords * kRowSlots] = {};
   alignas(64) int16_t pre[kMaxContextBands + 1][kPreStride];
-  // The GFNI kernel's count of each row's set bits in the words it did (rows 0..7), stored whole:
-  // its prefix counts go out by masked stores, which a load right after waits on.
+  // The GFNI kernel's count of each row's set bits in the words it did (rows 0..7), stored whole,
+  // so that LoadTileRows need not read them back from the prefix counts the kernel just stored.
   alignas(64) uint64_t kernel_totals[8];
   size_t words = 0;
   uint64_t Row(size_t r, size_t wd) const { return w[wd * kRowSlots + r]; }
@@ -72,7 +72,8 @@ constexpr auto kElementsBefore = [] {
 //   block: byte j of group q becomes row j's bits of the group's elements (the reversal undoes
 //   the instruction's row order), and one byte permute makes qword r row r's mask word.
 // - Prefix counts: VPOPCNTQ per word, kept as running sums of 8 words, transposed to
-//   [row][word] with three levels of 16-bit permutes and stored with one masked store per row.
+//   [row][word] with three levels of 16-bit permutes and stored 8 per row with 16-byte stores
+//   (masked stores of them took 1.1x as long in a loop benchmark on a Zen 5).
 // The table has 256 entries (two lookups and a blend), or 128 (one lookup) when the thresholds
 // span at most 127 class values: classes are then clamped into [t[0] - 1, t[0] + 126], which
 // keeps every compare with a threshold.
@@ -105,7 +106,9 @@ inline GfniClassTable MakeGfniClassTable(const ContextClassFn& f, uint32_t width
 constexpr size_t kPrefetchWords = 32;
 
 // Rows 0..7 of words [0, words) of `e` into rows->w, and rows 0..7 of rows->pre for those words.
-template <bool kClamp>
+// kMaskClass: class_mask < 0xff (an AND per word; with BF16's 0xff, the kernel without it took
+// 0.87 of the time in a loop benchmark on a Zen 5).
+template <bool kClamp, bool kMaskClass>
 DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint8_t class_mask, const GfniClassTable& g,
                                 TileRows* rows) {
   static constexpr auto kIndex = [] {
@@ -149,7 +152,8 @@ DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint
       _mm_prefetch(reinterpret_cast<const char*>(p + 64 * kPrefetchWords + 32), _MM_HINT_T0);
       const __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(p), count);
       const __m512i hi = _mm512_srl_epi16(_mm512_loadu_si512(p + 32), count);
-      const __m512i c = _mm512_and_si512(_mm512_permutex2var_epi8(lo, gather, hi), mask);
+      __m512i c = _mm512_permutex2var_epi8(lo, gather, hi);
+      if constexpr (kMaskClass) c = _mm512_and_si512(c, mask);
       __m512i th;
       if constexpr (kClamp) {
         th = _mm512_permutex2var_epi8(t0, _mm512_min_epu8(_mm512_subs_epu8(c, base), top), t1);
@@ -167,12 +171,16 @@ DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint
     const __m512i p67 = _mm512_permutex2var_epi16(before[6], pair, before[7]);
     const __m512i q0 = _mm512_permutex2var_epi16(p01, quad, p23), q1 = _mm512_permutex2var_epi16(p45, quad, p67);
     const __m512i lo = _mm512_permutex2var_epi16(q0, lo_rows, q1), hi = _mm512_permutex2var_epi16(q0, hi_rows, q1);
-    const uint32_t lanes = (1u << n) - 1;
-    for (size_t r = 0; r < 4; ++r) {  // row r's 8 counts are lanes 8r.. of lo; row r + 4's of hi
-      const __mmask32 m = static_cast<__mmask32>(lanes << (8 * r));
-      _mm512_mask_storeu_epi16(&rows->pre[r][w0] - 8 * r, m, lo);
-      _mm512_mask_storeu_epi16(&rows->pre[r + 4][w0] - 8 * r, m, hi);
-    }
+    // Row r's 8 counts are 128-bit lane r of lo, row r + 4's of hi. Stored whole: past the
+    // kernel's words (n < 8) they are garbage, which LoadTileRows overwrites from `counted` on.
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[0][w0]), _mm512_castsi512_si128(lo));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[4][w0]), _mm512_castsi512_si128(hi));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[1][w0]), _mm512_extracti32x4_epi32(lo, 1));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[5][w0]), _mm512_extracti32x4_epi32(hi, 1));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[2][w0]), _mm512_extracti32x4_epi32(lo, 2));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[6][w0]), _mm512_extracti32x4_epi32(hi, 2));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[3][w0]), _mm512_extracti32x4_epi32(lo, 3));
+    _mm_store_si128(reinterpret_cast<__m128i*>(&rows->pre[7][w0]), _mm512_extracti32x4_epi32(hi, 3));
   }
   _mm512_store_si512(rows->kernel_totals, sum);
 }
@@ -183,10 +191,18 @@ inline size_t GfniTileRowsAnyClamp(const uint8_t* bytes, size_t tn, const Contex
   if (!g.use) return 0;
   const size_t full = tn / 64;
   const auto* e = reinterpret_cast<const uint16_t*>(bytes);
-  if (g.clamp)
-    GfniTileRows<true>(e, full, f.shift, static_cast<uint8_t>(f.mask), g, rows);
-  else
-    GfniTileRows<false>(e, full, f.shift, static_cast<uint8_t>(f.mask), g, rows);
+  const auto class_mask = static_cast<uint8_t>(f.mask);
+  if (class_mask == 0xff) {
+    if (g.clamp)
+      GfniTileRows<true, false>(e, full, f.shift, class_mask, g, rows);
+    else
+      GfniTileRows<false, false>(e, full, f.shift, class_mask, g, rows);
+  } else {
+    if (g.clamp)
+      GfniTileRows<true, true>(e, full, f.shift, class_mask, g, rows);
+    else
+      GfniTileRows<false, true>(e, full, f.shift, class_mask, g, rows);
+  }
   return full;
 }
 #undef DCR_GFNI_ATTR
@@ -257,7 +273,7 @@ inline void LoadTileRows(const ContextSegment& seg, const TileClassifier& c, uin
   std::memset(rows->pre[k], 0, sizeof(int16_t) * (kTileWords + 1));
   for (size_t r = 1; r < k; ++r) {  // what the kernels left: the tail word, the totals, scalar kernels
     int16_t* pre = rows->pre[r];
-    // From the kernel's totals where it counted: its masked stores of `pre` stalled a load here.
+    // From the kernel's totals where it counted (its last stores of `pre` may hold garbage).
     int32_t before = counted == 0                                  ? 0
                      : counted == gfni_words                       ? static_cast<int32_t>(rows->kernel_totals[r])
                                                                    : pre[counted - 1] + PopCount64(rows->Row(r, counted - 1));
