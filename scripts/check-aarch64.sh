@@ -28,7 +28,7 @@ SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd
          src/codec/value_symbols.cc src/codec/huffman.cc
          src/codec/context_coding.cc src/codec/section_coding.cc src/codec/apply_changes.cc src/codec/payload_codec.cc
          src/codec/payload_checksum.cc src/codec/payload_checksum_avx2.cc
-         src/base/thread_pool.cc src/base/mapped_file.cc src/base/durable_file.cc src/base/crash_point.cc src/base/cache_evict.cc
+         src/base/thread_pool.cc src/base/mapped_file.cc src/base/durable_file.cc src/base/crash_point.cc src/base/cache_evict.cc src/base/large_alloc.cc
          src/format/safetensors.cc src/format/checkpoint.cc src/protocol/state_digest.cc src/protocol/state_digest_simd.cc)
 TESTS=(codec/simd_masks_test codec/band_walk_test codec/split_rice_test codec/scalar_targets_test codec/codec_band_hostile_test codec/codec_context_test codec/codec_test codec/location_coding_test
        protocol/state_digest_test)
