@@ -81,7 +81,7 @@ class HelperPool {
 
   Helper* Acquire() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (forks_ != g_forks.load(std::memory_order_relaxed)) {  // a forked child: no helpers yet
+    if (Forked()) {  // a forked child: no helpers yet
       idle_.clear();
       forks_ = g_forks.load(std::memory_order_relaxed);
     }
@@ -97,7 +97,7 @@ class HelperPool {
   // Wakes the helper that Acquire would hand out next, if it is blocked, to poll for a task.
   void Nudge() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (forks_ != g_forks.load(std::memory_order_relaxed) || idle_.empty()) return;
+    if (Forked() || idle_.empty()) return;
     Helper* h = idle_.back();
     {
       std::lock_guard<std::mutex> helper_lock(h->mu);
@@ -108,7 +108,7 @@ class HelperPool {
   }
   void Release(Helper* h) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (forks_ == g_forks.load(std::memory_order_relaxed)) idle_.push_back(h);
+    if (!Forked()) idle_.push_back(h);
   }
 
  private:
@@ -139,6 +139,9 @@ class HelperPool {
       h->cv.notify_all();
     }
   }
+
+  // Whether this process forked since idle_ was last valid (its helpers are the parent's). Under mu_.
+  bool Forked() const { return forks_ != g_forks.load(std::memory_order_relaxed); }
 
   std::mutex mu_;
   std::vector<Helper*> idle_;
