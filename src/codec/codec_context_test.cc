@@ -155,6 +155,10 @@ TEST(ContextRoundTrip, EverySimdTargetAndBothBitDepositsGiveTheSameBytesAndPosit
 // PayloadBuilder::CountFitAhead on one thread (two: codec_context_threads_test).
 TEST(ContextEncode, FitCountedAheadGivesTheBytesOfTheFitCountedAtFinish) { ExpectFitCountedAheadGivesFinishBytes(1); }
 
+TEST(ContextEncode, FitCountedInRangesOfLargeSegmentsGivesTheBytesOfTheFitCountedAtFinish) {
+  ExpectRangedFitCountsGiveFinishBytes(1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decoding needs the right base
 

@@ -188,6 +188,10 @@ TEST(ConcurrentEncode, PartsOnTwoThreadsGiveTheBytesOfOneThread) {
 // PayloadBuilder::CountFitAhead with two threads coding the payload (one: codec_context_test).
 TEST(ConcurrentEncode, FitCountedAheadGivesTheBytesOfTheFitCountedAtFinish) { ExpectFitCountedAheadGivesFinishBytes(2); }
 
+TEST(ConcurrentEncode, FitCountedInRangesOfLargeSegmentsGivesTheBytesOfTheFitCountedAtFinish) {
+  ExpectRangedFitCountsGiveFinishBytes(2);
+}
+
 // A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice
 // parameter), and every part decodes, on either thread.
 TEST(ConcurrentDecode, ABandWithoutChangesInAPartDecodes) {

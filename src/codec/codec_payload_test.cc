@@ -502,7 +502,8 @@ TEST(PayloadBuilderDeathTest, ASegmentNotCountedAheadIsAnInvariantViolation) {
 
 // The band fit's counts from the changes' old bits, handed over run by run, then the sampled
 // elements, equal the counts gathered from the segment at the changed positions; for every
-// element width, with runs cut anywhere.
+// element width, with runs cut anywhere. The sampled elements counted in ranges that start at
+// multiples of the stride equal those of the whole.
 TEST(FitCounter, CountingFromOldBitsGivesTheCountsOfCountingAtPositions) {
   std::mt19937_64 rng(23);
   for (DType t : TestedDTypes()) {
@@ -526,9 +527,20 @@ TEST(FitCounter, CountingFromOldBitsGivesTheCountsOfCountingAtPositions) {
         k += run;
       }
       from_old_bits.CountPopulation({t, base});
-      FitCounts a, b;
+      // The sampled elements counted range by range, each range starting at a multiple of the
+      // stride (as AddDiff and the two-thread diff count a large segment's).
+      FitCounter by_ranges(stride);
+      for (uint64_t first = 0; first < n;) {
+        const uint64_t len = std::min<uint64_t>(n - first, stride * (1 + rng() % 40));
+        by_ranges.CountPopulation({t, std::span<const uint8_t>(base).subspan(first * w, len * w)});
+        first += len;
+      }
+      FitCounts a, b, ranged;
       at_positions.AddTo(&a);
       from_old_bits.AddTo(&b);
+      by_ranges.AddTo(&ranged);
+      EXPECT_EQ(ranged.population, b.population) << DTypeName(t) << ", stride " << stride;
+      EXPECT_EQ(ranged.elements, n) << DTypeName(t) << ", stride " << stride;
       const std::string what = std::string(DTypeName(t)) + ", stride " + std::to_string(stride);
       EXPECT_EQ(a.population, b.population) << what;
       EXPECT_EQ(a.changes, b.changes) << what;

@@ -433,6 +433,49 @@ struct ContextPayload {
   }
 };
 
+// PayloadBuilder::CountFitAhead with segments larger than the ranges AddDiff counts them in (2^18
+// elements): one changed in every range, one unchanged (counted range by range, then left out),
+// one of F32 whose last range is short. The bytes are those of the counts Finish makes, with
+// `threads` threads coding (Finish also checks that each counted element belongs to a segment
+// with changes).
+inline void ExpectRangedFitCountsGiveFinishBytes(int threads) {
+  std::mt19937_64 rng(37);
+  World w;
+  auto by_exponent = [](int shift, uint64_t below) {
+    return [=](uint64_t old) { return ((old >> shift) & 0xff) < below ? 0.05 : 0.003; };
+  };
+  w.Add(1, DType::kBF16, 800000, rng, 0, 800000, by_exponent(7, 124));
+  // Its first range's magnitudes 2^-8 of the rest's (both sides alike): a range's samples taken
+  // from another range would change the counts.
+  for (auto* side : {&w.base[1], &w.next[1]})
+    for (size_t i = 0; i < (size_t{1} << 18); ++i) {
+      const uint64_t v = LoadElem(*side, i, 2);
+      if (((v >> 7) & 0xff) > 8) StoreElem(*side, i, 2, v - (uint64_t{8} << 7));
+    }
+  w.Add(2, DType::kBF16, 500000, rng, 0, 500000, 0.0);
+  w.Add(3, DType::kF32, 300000, rng, 0, 300000, by_exponent(23, 122));
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 800000},
+                                          {2, DType::kBF16, ValueKind::kXor, 0, 500000},
+                                          {3, DType::kF32, ValueKind::kXor, 0, 300000}};
+  const uint64_t planned = 1600000;
+  // 1.6 M elements planned, 1.1 M of them in changed segments: both sample every 32nd element.
+  ASSERT_EQ(FitSampleStride(planned), 32u);
+  ASSERT_EQ(FitSampleStride(planned - 500000), 32u);
+  const std::string what = std::to_string(threads) + " thread(s)";
+  uint64_t changed = 0;
+  const std::vector<uint8_t> want = w.Encode(specs, With(Context::kAlways), &changed, threads);
+  ASSERT_EQ(ModeOf(want), CodecMode::kContextSplitRice) << what;
+  PayloadBuilder b(With(Context::kAlways));
+  b.CountFitAhead(planned);
+  uint64_t diffed = 0;
+  for (const SegmentSpec& s : specs)
+    diffed += b.AddDiff(s, w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s));
+  EXPECT_EQ(diffed, changed) << what;
+  std::vector<uint8_t> by_diff;
+  b.Finish(kIdentity, &by_diff, threads);
+  EXPECT_EQ(by_diff, want) << what;
+}
+
 // PayloadBuilder::CountFitAhead: the band fit's counts made segment by segment as they are
 // diffed (by AddDiff, or by the caller for AddChanges, split between counters in any way) give
 // the bytes of the counts Finish makes, with `threads` threads coding.

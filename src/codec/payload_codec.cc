@@ -31,6 +31,11 @@ static_assert(kOffValStored + 8 == kPayloadHeaderBytes);
 // entries of a few bytes) and stream header. A hint only: a larger section grows the buffer.
 constexpr size_t kValueSectionSlackBytes = 16 * 1024;
 
+// AddDiff counts the band fit's samples of a larger segment in ranges of this many elements: a
+// multiple of the sampling stride of payloads below 2^34 elements (larger ones count after the
+// diff), so that the ranges' samples are the whole segment's.
+constexpr uint64_t kFitCountRangeElements = uint64_t{1} << 18;
+
 // Upper bound of a valid location code for one segment: each block's count, method and Rice
 // parameter, plus at most a bitmap's worth of data (the encoder never picks a larger code).
 uint64_t MaxLocationBytes(uint64_t count, int block_log2) {
@@ -53,7 +58,30 @@ uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_
     if (on_chunk) on_chunk(c);
     fit_counter_.CountChangedOldBits(spec.dtype, c.old_bits);
   };
-  DiffElements(base, next, DTypeWidth(spec.dtype), spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
+  const uint32_t w = DTypeWidth(spec.dtype);
+  const uint64_t n = base.size() / w;
+  // A segment larger than kFitCountRangeElements is diffed range by range, and each range's
+  // sampled elements are counted right after its diff, while they are in cache, apart from the
+  // other segments' counts until the segment is known to have changes. (Counted after the whole
+  // segment's diff, a large one's samples came from memory: 4.2 % of the samples of a one-thread
+  // context encode of a 31.6 MB generated payload, against 1.1 % so, same bytes.)
+  if (count_ahead_ && n > kFitCountRangeElements && kFitCountRangeElements % fit_counter_.stride() == 0) {
+    changes_.Clear();
+    FitCounter ranges(fit_counter_.stride());
+    for (uint64_t first = 0; first < n; first += kFitCountRangeElements) {
+      const uint64_t bytes = std::min(kFitCountRangeElements, n - first) * w;
+      const std::span<const uint8_t> old_range = base.subspan(first * w, bytes);
+      DiffElementsAppend(old_range, next.subspan(first * w, bytes), w, spec.kind, first, &changes_, counting);
+      ranges.CountPopulation({spec.dtype, old_range});
+    }
+    if (changes_.size() > 0) {
+      value_tally_.Add(changes_.values, changes_.width);
+      AddChanges(spec, changes_, base);
+      ranges.AddTo(&fit_counts_);
+    }
+    return changes_.size();
+  }
+  DiffElements(base, next, w, spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
   if (changes_.size() > 0) {
     value_tally_.Add(changes_.values, changes_.width);
     AddChanges(spec, changes_, base);

@@ -164,6 +164,49 @@ TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
   }
 }
 
+// The band fit's sampled elements of a segment diffed in pieces are counted piece by piece, by
+// the thread that diffed each piece: a payload of one BF16 segment whose changes depend on the
+// exponent, and whose first piece's exponents lie below 64 (the rest's anywhere), in context
+// mode, gives one thread's bytes on two threads once pieces are taken (counts of another piece's
+// elements than the one diffed would change the bands).
+TEST(PayloadEncode, PiecesCountTheirOwnElementsForTheBandFit) {
+  using Context = EncodeOptions::Context;
+  const DiffPiecePause pause(200);
+  std::mt19937_64 rng(81);
+  Tensors base;
+  base.Add("a.weight", DType::kBF16, {1200, 1000}, rng);
+  std::vector<uint8_t>& a = base.storage[0];
+  for (size_t i = 0; i < kDiffPieceElements; ++i) a[2 * i + 1] &= 0x1f;  // high byte: sign, exponent bits 7..1
+  Tensors next = base;
+  std::vector<uint8_t>& x = next.storage[0];
+  for (size_t i = 0; i < x.size() / 2; ++i) {
+    const uint64_t exponent = (Get(x, i, 2) >> 7) & 0xff;
+    if (rng() % 1000 < (exponent < 100 ? 60u : 10u)) Put(x, i, 2, Get(x, i, 2) ^ (1 + rng() % 7));
+  }
+  TempDir dir{"dcr_protocol_test_"};
+  const auto [base_file, next_file] = WriteAndOpen(dir.path(), base, next);
+  const PayloadPlan plan = PlanPayloads(base_file.tensors(), uint64_t{1} << 30);
+  ASSERT_EQ(plan.size(), 1u);
+  ASSERT_GT(uint64_t{1200000}, 4 * kDiffPieceElements);
+  for (Context context : {Context::kAlways, Context::kWhenSmaller}) {
+    const std::string what = "context " + std::to_string(static_cast<int>(context));
+    EncodeOptions options;
+    options.context = context;
+    EncodedPayload want;
+    EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0}, &want, 1);
+    PayloadLayout layout;
+    ASSERT_TRUE(ParsePayload(want.bytes, &layout).ok()) << what;
+    ASSERT_TRUE(NeedsOldBits(layout.mode)) << what;
+    const uint64_t stolen_before = DiffPiecesStolenForTests();
+    for (int attempt = 0; attempt < 20 && DiffPiecesStolenForTests() == stolen_before; ++attempt) {
+      EncodedPayload got;
+      EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0}, &got, 2);
+      EXPECT_EQ(got.bytes, want.bytes) << what;
+    }
+    EXPECT_GT(DiffPiecesStolenForTests(), stolen_before) << what << ": no piece was taken in 20 encodes";
+  }
+}
+
 // Random payloads (1-5 tensors of 1 to 900 K elements, BF16 or F32, some unchanged, 1-8 %
 // changed in the others), with random owner pauses that vary which pieces are taken: two
 // threads give one thread's bytes, change counts and digests, plain and context.
