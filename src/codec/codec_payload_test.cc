@@ -527,6 +527,7 @@ TEST(FitCounter, CountingFromOldBitsGivesTheCountsOfCountingAtPositions) {
         k += run;
       }
       from_old_bits.CountPopulation({t, base});
+      const std::string what = std::string(DTypeName(t)) + ", stride " + std::to_string(stride);
       // The sampled elements counted range by range, each range starting at a multiple of the
       // stride (as AddDiff and the two-thread diff count a large segment's).
       FitCounter by_ranges(stride);
@@ -539,9 +540,8 @@ TEST(FitCounter, CountingFromOldBitsGivesTheCountsOfCountingAtPositions) {
       at_positions.AddTo(&a);
       from_old_bits.AddTo(&b);
       by_ranges.AddTo(&ranged);
-      EXPECT_EQ(ranged.population, b.population) << DTypeName(t) << ", stride " << stride;
-      EXPECT_EQ(ranged.elements, n) << DTypeName(t) << ", stride " << stride;
-      const std::string what = std::string(DTypeName(t)) + ", stride " + std::to_string(stride);
+      EXPECT_EQ(ranged.population, b.population) << what;
+      EXPECT_EQ(ranged.elements, n) << what;
       EXPECT_EQ(a.population, b.population) << what;
       EXPECT_EQ(a.changes, b.changes) << what;
       EXPECT_EQ(a.elements, b.elements) << what;
