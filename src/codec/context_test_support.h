@@ -140,6 +140,17 @@ struct World {
     if (b.segments() > 0) b.Finish(kIdentity, &p, threads);
     return p;
   }
+  // The same by `b` (empty, and kept for the caller to reuse) with the band fit counted ahead
+  // (PayloadBuilder::CountFitAhead(planned)), each segment by AddDiff as it is diffed.
+  std::vector<uint8_t> EncodeCountingFitAhead(PayloadBuilder* b, const std::vector<SegmentSpec>& specs,
+                                              uint64_t planned, uint64_t* changed, int threads) const {
+    b->CountFitAhead(planned);
+    for (const SegmentSpec& s : specs) b->AddDiff(s, Seg(base.at(s.tensor_index), s), Seg(next.at(s.tensor_index), s));
+    *changed = b->changed();
+    std::vector<uint8_t> p;
+    if (b->segments() > 0) b->Finish(kIdentity, &p, threads);
+    return p;
+  }
 
   // Applies every segment to a copy of the bases and expects exactly the next bits.
   void ExpectApplies(const DecodedPayload& d, const std::string& what) const {
@@ -433,6 +444,20 @@ struct ContextPayload {
   }
 };
 
+// The payload of `specs` in context mode with the band fit counted at Finish (*want, *changed),
+// and by `b` (empty, kept for the caller to reuse) counting ahead as AddDiff diffs each segment:
+// the same bytes and change count, with `threads` threads coding.
+inline void ExpectFitCountedAheadGivesContextBytes(const World& w, const std::vector<SegmentSpec>& specs,
+                                                   uint64_t planned, int threads, PayloadBuilder* b,
+                                                   std::vector<uint8_t>* want, uint64_t* changed) {
+  const std::string what = std::to_string(threads) + " thread(s)";
+  *want = w.Encode(specs, With(Context::kAlways), changed, threads);
+  ASSERT_EQ(ModeOf(*want), CodecMode::kContextSplitRice) << what;
+  uint64_t diffed = 0;
+  EXPECT_EQ(w.EncodeCountingFitAhead(b, specs, planned, &diffed, threads), *want) << what;
+  EXPECT_EQ(diffed, *changed) << what;
+}
+
 // PayloadBuilder::CountFitAhead with segments larger than the ranges AddDiff counts them in (2^18
 // elements): one changed in every range, one unchanged (counted range by range, then left out),
 // one of F32 whose last range is short. The bytes are those of the counts Finish makes, with
@@ -461,19 +486,10 @@ inline void ExpectRangedFitCountsGiveFinishBytes(int threads) {
   // 1.6 M elements planned, 1.1 M of them in changed segments: both sample every 32nd element.
   ASSERT_EQ(FitSampleStride(planned), 32u);
   ASSERT_EQ(FitSampleStride(planned - 500000), 32u);
-  const std::string what = std::to_string(threads) + " thread(s)";
-  uint64_t changed = 0;
-  const std::vector<uint8_t> want = w.Encode(specs, With(Context::kAlways), &changed, threads);
-  ASSERT_EQ(ModeOf(want), CodecMode::kContextSplitRice) << what;
   PayloadBuilder b(With(Context::kAlways));
-  b.CountFitAhead(planned);
-  uint64_t diffed = 0;
-  for (const SegmentSpec& s : specs)
-    diffed += b.AddDiff(s, w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s));
-  EXPECT_EQ(diffed, changed) << what;
-  std::vector<uint8_t> by_diff;
-  b.Finish(kIdentity, &by_diff, threads);
-  EXPECT_EQ(by_diff, want) << what;
+  std::vector<uint8_t> want;
+  uint64_t changed = 0;
+  ExpectFitCountedAheadGivesContextBytes(w, specs, planned, threads, &b, &want, &changed);
 }
 
 // PayloadBuilder::CountFitAhead: the band fit's counts made segment by segment as they are
@@ -495,22 +511,19 @@ inline void ExpectFitCountedAheadGivesFinishBytes(int threads) {
                                           {2, DType::kF32, ValueKind::kOverwrite, 0, 200000},
                                           {3, DType::kBF16, ValueKind::kXor, 0, 50000},
                                           {4, DType::kBF16, ValueKind::kXor, 0, 40000}};
-  uint64_t planned = 0, changed = 0;
+  uint64_t planned = 0;
   for (const SegmentSpec& s : specs) planned += s.count;
   // 640 Ki elements, 600 Ki of them in changed segments: both sample every 16th element.
   ASSERT_EQ(FitSampleStride(planned), 16u);
   ASSERT_EQ(FitSampleStride(planned - 50000), 16u);
-  const std::string what = std::to_string(threads) + " thread(s)";
-  const std::vector<uint8_t> want = w.Encode(specs, With(Context::kAlways), &changed, threads);
-  ASSERT_EQ(ModeOf(want), CodecMode::kContextSplitRice) << what;
-  std::vector<uint8_t> by_diff, by_caller;
   PayloadBuilder b(With(Context::kAlways));
-  b.CountFitAhead(planned);
-  for (const SegmentSpec& s : specs) b.AddDiff(s, w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s));
-  b.Finish(kIdentity, &by_diff, threads);
-  EXPECT_EQ(by_diff, want) << what;
+  std::vector<uint8_t> want;
+  uint64_t changed = 0;
+  ExpectFitCountedAheadGivesContextBytes(w, specs, planned, threads, &b, &want, &changed);
+  const std::string what = std::to_string(threads) + " thread(s)";
   // The caller diffs and counts, alternating between two counters; the builder reuses its
   // buffers from the payload before.
+  std::vector<uint8_t> by_caller;
   b.CountFitAhead(planned);
   FitCounter even(b.fit_stride()), odd(b.fit_stride());
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -65,27 +65,26 @@ uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_
   // other segments' counts until the segment is known to have changes. (Counted after the whole
   // segment's diff, a large one's samples came from memory: 4.2 % of the samples of a one-thread
   // context encode of a 31.6 MB generated payload, against 1.1 % so, same bytes.)
+  std::optional<FitCounter> ranges;  // the ranges' sampled elements
   if (count_ahead_ && n > kFitCountRangeElements && kFitCountRangeElements % fit_counter_.stride() == 0) {
     changes_.Clear();
-    FitCounter ranges(fit_counter_.stride());
+    ranges.emplace(fit_counter_.stride());
     for (uint64_t first = 0; first < n; first += kFitCountRangeElements) {
       const uint64_t bytes = std::min(kFitCountRangeElements, n - first) * w;
       const std::span<const uint8_t> old_range = base.subspan(first * w, bytes);
       DiffElementsAppend(old_range, next.subspan(first * w, bytes), w, spec.kind, first, &changes_, counting);
-      ranges.CountPopulation({spec.dtype, old_range});
+      ranges->CountPopulation({spec.dtype, old_range});
     }
-    if (changes_.size() > 0) {
-      value_tally_.Add(changes_.values, changes_.width);
-      AddChanges(spec, changes_, base);
-      ranges.AddTo(&fit_counts_);
-    }
-    return changes_.size();
+  } else {
+    DiffElements(base, next, w, spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
   }
-  DiffElements(base, next, w, spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
   if (changes_.size() > 0) {
     value_tally_.Add(changes_.values, changes_.width);
     AddChanges(spec, changes_, base);
-    if (count_ahead_) fit_counter_.CountPopulation({spec.dtype, base});
+    if (ranges)
+      ranges->AddTo(&fit_counts_);
+    else if (count_ahead_)
+      fit_counter_.CountPopulation({spec.dtype, base});
   }
   return changes_.size();
 }

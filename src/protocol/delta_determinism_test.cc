@@ -119,6 +119,23 @@ class DiffPiecePause {
   void Set(int microseconds) const { SetDiffPiecePauseForTests(microseconds); }
 };
 
+// Encodes `segments` on two threads until a thread has taken pieces of the other's segment (at
+// most 20 encodes; the caller sets an owner pause) and expects each encode to give `want`, the
+// one-thread encode's change count, bytes and digests.
+void ExpectPiecesTakenGiveOneThreadsEncode(const std::vector<PlannedSegment>& segments, const Checkpoint& base,
+                                           const Checkpoint& next, const EncodeOptions& options,
+                                           const EncodedPayload& want, const std::string& what) {
+  const uint64_t stolen_before = DiffPiecesStolenForTests();
+  for (int attempt = 0; attempt < 20 && DiffPiecesStolenForTests() == stolen_before; ++attempt) {
+    EncodedPayload got;
+    EncodePlannedPayload(segments, base.tensors(), next.tensors(), ValueKind::kXor, options, {1, 0, 0}, &got, 2);
+    EXPECT_EQ(got.changed, want.changed) << what;
+    EXPECT_EQ(got.bytes, want.bytes) << what;
+    EXPECT_EQ(got.digest_deltas, want.digest_deltas) << what;
+  }
+  EXPECT_GT(DiffPiecesStolenForTests(), stolen_before) << what << ": no piece was taken in 20 encodes";
+}
+
 // Two threads diff a payload's segments in pieces, and a thread left without segments takes
 // pieces of the other's (EncodePlannedPayload). A payload of one segment is so shared from the
 // start, and one whose first segment has no change (the calling thread takes it, the helper the
@@ -150,16 +167,7 @@ TEST(PayloadEncode, PiecesTakenFromTheOtherThreadsSegmentGiveOneThreadsBytes) {
       EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0},
                            &want, 1);
       ASSERT_FALSE(want.bytes.empty()) << what;
-      const uint64_t stolen_before = DiffPiecesStolenForTests();
-      for (int attempt = 0; attempt < 20 && DiffPiecesStolenForTests() == stolen_before; ++attempt) {
-        EncodedPayload got;
-        EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0},
-                             &got, 2);
-        EXPECT_EQ(got.changed, want.changed) << what;
-        EXPECT_EQ(got.bytes, want.bytes) << what;
-        EXPECT_EQ(got.digest_deltas, want.digest_deltas) << what;
-      }
-      EXPECT_GT(DiffPiecesStolenForTests(), stolen_before) << what << ": no piece was taken in 20 encodes";
+      ExpectPiecesTakenGiveOneThreadsEncode(plan[0], base_file, next_file, options, want, what);
     }
   }
 }
@@ -197,13 +205,7 @@ TEST(PayloadEncode, PiecesCountTheirOwnElementsForTheBandFit) {
     PayloadLayout layout;
     ASSERT_TRUE(ParsePayload(want.bytes, &layout).ok()) << what;
     ASSERT_TRUE(NeedsOldBits(layout.mode)) << what;
-    const uint64_t stolen_before = DiffPiecesStolenForTests();
-    for (int attempt = 0; attempt < 20 && DiffPiecesStolenForTests() == stolen_before; ++attempt) {
-      EncodedPayload got;
-      EncodePlannedPayload(plan[0], base_file.tensors(), next_file.tensors(), ValueKind::kXor, options, {1, 0, 0}, &got, 2);
-      EXPECT_EQ(got.bytes, want.bytes) << what;
-    }
-    EXPECT_GT(DiffPiecesStolenForTests(), stolen_before) << what << ": no piece was taken in 20 encodes";
+    ExpectPiecesTakenGiveOneThreadsEncode(plan[0], base_file, next_file, options, want, what);
   }
 }
 
