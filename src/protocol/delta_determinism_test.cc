@@ -111,6 +111,47 @@ TEST(DeltaDeterminism, ALargePayloadSplitAcrossTwoThreadsIsByteIdenticalAndAppli
   }
 }
 
+// EncodeDiffPayloads (what `dcr bench codec` times) encodes DiffCheckpoints' payloads: the same
+// change count, and after each call the last wave's payloads as the file holds them (payloads
+// without changes empty), the slots past them cleared, also when a call reuses the slots of one
+// with a different plan.
+TEST(DeltaDeterminism, EncodeDiffPayloadsGivesTheDeltaFilesPayloadsWaveByWave) {
+  Pair p;
+  std::vector<EncodedPayload> wave;
+  bool partial_wave = false;
+  for (uint64_t chunk_bytes : {uint64_t{4096}, uint64_t{256}, kDefaultChunkBytes}) {
+    for (int threads : {1, 2}) {
+      DiffOptions opt;
+      opt.threads = threads;
+      opt.chunk_bytes = chunk_bytes;
+      const std::string what = "chunk " + std::to_string(chunk_bytes) + ", threads " + std::to_string(threads);
+      auto delta = p.DiffAndOpen(p.dir / "d.dcr", opt);
+      ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+      Checkpoint b = OpenOrDie(p.base_path), n = OpenOrDie(p.next_path);
+      auto changed = EncodeDiffPayloads(b, n, opt, DefaultTransferId(delta->header().base_digest), &wave);
+      ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+      EXPECT_EQ(*changed, delta->header().changed_elements()) << what;
+      const size_t planned = PlanPayloads(b.tensors(), chunk_bytes).size(), slots = 2 * static_cast<size_t>(threads);
+      ASSERT_EQ(wave.size(), slots) << what;
+      const size_t first = (planned - 1) / slots * slots;  // the last wave's first payload
+      partial_wave |= planned - first < slots;
+      std::map<uint32_t, size_t> entry_of;  // sequence -> the file's payload index
+      for (size_t i = 0; i < delta->header().payloads.size(); ++i) entry_of[delta->header().payloads[i].sequence] = i;
+      for (size_t i = 0; i < slots; ++i) {
+        const auto it = entry_of.find(static_cast<uint32_t>(first + i));
+        if (first + i < planned && it != entry_of.end()) {
+          EXPECT_EQ(wave[i].changed, delta->header().payloads[it->second].changed) << what << ", slot " << i;
+          EXPECT_TRUE(std::ranges::equal(wave[i].bytes, delta->PayloadBytes(it->second))) << what << ", slot " << i;
+        } else {
+          EXPECT_EQ(wave[i].changed, 0u) << what << ", slot " << i;
+          EXPECT_TRUE(wave[i].bytes.empty()) << what << ", slot " << i;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(partial_wave) << "no plan ended in a partial wave: the cleared slots went untested";
+}
+
 // The owner's pause after each diff piece (SetDiffPiecePauseForTests) while in scope; none after.
 class DiffPiecePause {
  public:

@@ -8,13 +8,39 @@
 #include "protocol/payload_plan.h"
 
 namespace dcr {
+namespace {
+
+int ResolvedThreads(const DiffOptions& options) { return options.threads > 0 ? options.threads : HardwareThreads(); }
+
+Result<PayloadPlan> DiffPlan(const Checkpoint& base, const DiffOptions& options) {
+  PayloadPlan plan = PlanPayloads(base.tensors(), std::max<uint64_t>(options.chunk_bytes, 8));
+  if (plan.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 payloads; raise the chunk size");
+  return plan;
+}
+
+// Payloads are encoded in waves of this many, held in memory, then written in plan order: the
+// file does not depend on which thread encoded what.
+size_t WavePayloads(int threads) { return static_cast<size_t>(threads) * 2; }
+
+// Diffs and encodes plan[first, first + n) into (*results)[0, n) on `threads` threads.
+void EncodeWave(const PayloadPlan& plan, size_t first, size_t n, const Checkpoint& base, const Checkpoint& next,
+                const DiffOptions& options, int threads, uint64_t transfer_id, std::vector<EncodedPayload>* results) {
+  (void)ParallelForItems(n, threads, [&](size_t i, int per_payload) {
+    // A payload's sequence is its ordinal in the plan (gaps where nothing changed), so it is
+    // known before encoding and independent of scheduling.
+    EncodePlannedPayload(plan[first + i], base.tensors(), next.tensors(), options.kind, options.encode,
+                         {transfer_id, 0, static_cast<uint32_t>(first + i)}, &(*results)[i], per_payload);
+    return Status::Ok();
+  });
+}
+
+}  // namespace
 
 Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next, const std::string& out_path,
                                   const DiffOptions& options) {
   DCR_RETURN_IF_ERROR(CompareCatalogs(base.catalog(), base.path(), next.catalog(), next.path()));
-  const int threads = options.threads > 0 ? options.threads : HardwareThreads();
+  const int threads = ResolvedThreads(options);
   const auto& bt = base.tensors();
-  const auto& nt = next.tensors();
 
   DiffStats stats;
   stats.total_elements = next.total_elements();
@@ -28,27 +54,17 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   CheckpointDigest base_digest = DigestCheckpoint(base, threads);
   stats.digest_seconds = SecondsSince(t0);
 
-  if (options.before_encode) options.before_encode();
-  const auto plan = PlanPayloads(bt, std::max<uint64_t>(options.chunk_bytes, 8));
-  if (plan.size() > UINT32_MAX) return InvalidArgument("checkpoint needs more than 2^32 payloads; raise the chunk size");
+  DCR_ASSIGN_OR_RETURN(const PayloadPlan plan, DiffPlan(base, options));
 
   const uint64_t transfer_id = options.transfer_id != 0 ? options.transfer_id : DefaultTransferId(base_digest.total);
   std::vector<Digest128> target(base_digest.tensors);
-  // Payloads are encoded in waves, held in memory, then written in plan order: the file does not
-  // depend on which thread encoded what.
-  const size_t wave = static_cast<size_t>(threads) * 2;
+  const size_t wave = WavePayloads(threads);
   std::vector<EncodedPayload> results(wave);
   uint64_t payloads = 0, done_bytes = 0;
   for (size_t first = 0; first < plan.size(); first += wave) {
     const size_t n = std::min(wave, plan.size() - first);
     auto te = Clock::now();
-    DCR_RETURN_IF_ERROR(ParallelForItems(n, threads, [&](size_t i, int per_payload) {
-      // A payload's sequence is its ordinal in the plan (gaps where nothing changed), so it is
-      // known before encoding and independent of scheduling.
-      EncodePlannedPayload(plan[first + i], bt, nt, options.kind, options.encode,
-                           {transfer_id, 0, static_cast<uint32_t>(first + i)}, &results[i], per_payload);
-      return Status::Ok();
-    }));
+    EncodeWave(plan, first, n, base, next, options, threads, transfer_id, &results);
     stats.encode_seconds += SecondsSince(te);
     auto tw = Clock::now();
     for (size_t i = 0; i < n; ++i) {
@@ -79,6 +95,22 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
   stats.base_digest = base_digest.total;
   stats.target_digest = CombineDigests(catalog, target);
   return stats;
+}
+
+Result<uint64_t> EncodeDiffPayloads(const Checkpoint& base, const Checkpoint& next, const DiffOptions& options,
+                                    uint64_t transfer_id, std::vector<EncodedPayload>* wave) {
+  DCR_RETURN_IF_ERROR(CompareCatalogs(base.catalog(), base.path(), next.catalog(), next.path()));
+  const int threads = ResolvedThreads(options);
+  DCR_ASSIGN_OR_RETURN(const PayloadPlan plan, DiffPlan(base, options));
+  wave->resize(WavePayloads(threads));
+  uint64_t changed = 0;
+  for (size_t first = 0; first < plan.size(); first += wave->size()) {
+    const size_t n = std::min(wave->size(), plan.size() - first);
+    EncodeWave(plan, first, n, base, next, options, threads, transfer_id, wave);
+    for (size_t i = 0; i < n; ++i) changed += (*wave)[i].changed;
+    for (size_t i = n; i < wave->size(); ++i) (*wave)[i].bytes.clear(), (*wave)[i].changed = 0;
+  }
+  return changed;
 }
 
 }  // namespace dcr

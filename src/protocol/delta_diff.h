@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "codec/payload_codec.h"
 #include "format/checkpoint.h"
+#include "protocol/payload_plan.h"
 #include "protocol/state_digest.h"
 
 namespace dcr {
@@ -27,9 +28,6 @@ struct DiffOptions {
   EncodeOptions encode;
   uint64_t transfer_id = 0;  // 0: DefaultTransferId(base digest)
   ProgressFn progress;
-  // Called on the calling thread after the base digest, before the first payload is diffed:
-  // `dcr bench codec --cold` evicts the inputs from the caches there.
-  std::function<void()> before_encode;
 };
 
 struct DiffStats {
@@ -45,5 +43,14 @@ struct DiffStats {
 
 Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next, const std::string& out_path,
                                   const DiffOptions& options);
+
+// DiffCheckpoints' encode step alone, for callers that time it (`dcr bench codec`): diffs and
+// encodes every payload of base -> next (equal catalogs, checked as DiffCheckpoints checks) with
+// the same plan, waves, threads and identities as DiffCheckpoints given the same options and
+// transfer_id, wave by wave into *wave: on return it holds the last wave's payloads, in plan
+// order, then cleared slots (the buffers of every slot are reused from wave to wave and call to
+// call). Writes nothing. Returns the changed elements.
+Result<uint64_t> EncodeDiffPayloads(const Checkpoint& base, const Checkpoint& next, const DiffOptions& options,
+                                    uint64_t transfer_id, std::vector<EncodedPayload>* wave);
 
 }  // namespace dcr
