@@ -203,12 +203,14 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
 
 // A tally's counts are each symbol's number of values (kHuffmanMaxSymbols - 1 and above: the
 // escape symbol) on every target, for every width, whatever the values' start and count: the
-// 2-byte values' vector path (the commonest masks by compares, the rest one by one) included;
-// also in a tally cleared after each count (Clear zeroes only the groups of counters used); and
+// 2-byte values' vector path (the commonest masks by compares, the rest one by one, or packed and
+// counted in batches of 1024, which 20,000 values, a fifth of them others, fill several times)
+// included; also in a tally cleared after each count (Clear zeroes only the groups of counters
+// used); and
 // SumUsed lists the used symbols of one or two tallies with their summed counts.
 TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
   std::mt19937_64 rng(17);
-  std::vector<uint8_t> bytes(8 * 5000 + 8);
+  std::vector<uint8_t> bytes(8 * 20000 + 8);
   for (size_t i = 0; i < bytes.size(); i += 2) {
     // Mostly the masks 0x1..0xf, then small and large values, escapes and runs of one symbol.
     const uint64_t pick = rng() % 100;
@@ -221,7 +223,8 @@ TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
   ValueTally reused;  // cleared between counts: what one count left must not reach the next
   for (uint32_t width : {1u, 2u, 4u, 8u})
     for (size_t offset : {size_t{0}, size_t{2}, size_t{6}})
-      for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{31}, uint64_t{64}, uint64_t{65}, uint64_t{4999}}) {
+      for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{31}, uint64_t{64}, uint64_t{65}, uint64_t{4999},
+                         uint64_t{20000}}) {
         const std::span<const uint8_t> values(bytes.data() + offset, n * width);
         std::vector<uint64_t> want(kHuffmanMaxSymbols, 0);
         for (uint64_t i = 0; i < n; ++i) {

@@ -44,9 +44,10 @@ inline constexpr uint32_t kSmallSymbols = 256;
 
 // The loops over values, compiled once per Highway target in value_symbols.cc (`width` 1, 2, 4 or
 // 8 bytes per value):
-// Adds the symbols of n values at p to the histograms (value i's small symbol to
-// small4[(i % 4) * kSmallSymbols + symbol], a larger one, kEscape included, to large[symbol]),
-// and sets bit g of *large_groups for every large[64 g .. 64 g + 63] it added to.
+// Adds the symbols of n values at p to the histograms (a small symbol to one of the four,
+// small4[t * kSmallSymbols + symbol] for some t < 4: only their sum is defined; a larger one,
+// kEscape included, to large[symbol]), and sets bit g of *large_groups for every
+// large[64 g .. 64 g + 63] it added to.
 void CountSymbols(const uint8_t* p, uint64_t n, uint32_t width, uint64_t* small4, uint64_t* large,
                   uint64_t* large_groups);
 // The codes of symbols below kSymbols (nearly all of a BF16 payload's values), as byte tables of
