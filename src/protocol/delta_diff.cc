@@ -22,7 +22,8 @@ Result<PayloadPlan> DiffPlan(const Checkpoint& base, const DiffOptions& options)
 // file does not depend on which thread encoded what.
 size_t WavePayloads(int threads) { return static_cast<size_t>(threads) * 2; }
 
-// Diffs and encodes plan[first, first + n) into (*results)[0, n) on `threads` threads.
+// Diffs and encodes plan[first, first + n) into (*results)[0, n) on `threads` threads. An encode
+// does not fail (its checks of the inputs abort: a violation is the caller's bug).
 void EncodeWave(const PayloadPlan& plan, size_t first, size_t n, const Checkpoint& base, const Checkpoint& next,
                 const DiffOptions& options, int threads, uint64_t transfer_id, std::vector<EncodedPayload>* results) {
   (void)ParallelForItems(n, threads, [&](size_t i, int per_payload) {
