@@ -54,12 +54,11 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
   BandedHeader h;
   DCR_RETURN_IF_ERROR(ReadBandedHeader(in, form, total_elements, total_expected, &h));
   const PartDecoder decoder(h, segs, total_elements, positions);
-  // Ordinals of every part, part after part (8 bytes per change): the calling thread's buffer,
-  // each part writing only its own range.
-  uint64_t* ordinals = ScratchWords(total_expected).data();
+  // Each part's ordinals (8 bytes per change) go to the buffer of the thread that decodes it,
+  // which it reuses part after part (OrdinalRoom).
   const size_t parts = h.parts;
   std::array<Status, kMaxBandParts> status;
-  auto decode = [&](size_t p) { status[p] = decoder.Decode(p, ordinals + decoder.FirstChange(p)); };
+  auto decode = [&](size_t p) { status[p] = decoder.Decode(p, decoder.OrdinalRoom(p)); };
   // The first failing part's error, as one thread decoding the parts in order would report it.
   auto first_error = [&] {
     for (size_t p = 0; p < parts; ++p)

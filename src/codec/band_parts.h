@@ -44,8 +44,8 @@ class PartDecoder {
 
   size_t parts() const { return h_.parts; }
 
-  // Decodes part p's ordinals into `ordinals` (room for the part's changes; the caller's, not
-  // shared with another part) and sets (*ord)[b] to band b's.
+  // Decodes part p's ordinals into `ordinals` (room for the part's changes, such as
+  // OrdinalRoom's; the caller's, not shared with another part) and sets (*ord)[b] to band b's.
   Status Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const;
 
   // Walks part p with the ordinals Ordinals gave, checking that it fills exactly its share of
@@ -62,6 +62,12 @@ class PartDecoder {
   uint64_t FirstSlot(size_t p, size_t s) const;
 
   uint64_t FirstChange(size_t p) const { return change_first_[p]; }
+  // Room for part p's ordinals in the calling thread's scratch (ScratchWords), valid until this
+  // thread takes scratch again: every part a thread decodes reuses the same buffer once the part
+  // before it is walked, so a payload's ordinals stay in that core's caches. (All parts'
+  // ordinals decoded before the first walk, 8 bytes per change, went out to memory and back on
+  // large payloads: see DecodeApplyOnOneThread.)
+  uint64_t* OrdinalRoom(size_t p) const { return ScratchWords(change_first_[p + 1] - change_first_[p]).data(); }
   // The payload-order index of segment s's first change (s = segments: every change).
   uint64_t SegmentFirst(size_t s) const { return segment_first_[s]; }
 

@@ -161,6 +161,15 @@ TEST(DecodeApply, TwoThreadsApplyEveryChangeWhereverItsValueLies) {
   }
 }
 
+// Whether `message` refuses a part's ordinals (its split Rice code, not its header fields or
+// its walk) in a part after the first: on one thread, every part before it has been walked and
+// applied by then.
+bool IsOrdinalErrorAfterPartZero(const std::string& message) {
+  const size_t at = message.rfind(" in part ");
+  const bool ordinals = message.find("split Rice") != std::string::npos || message.find("out-of-range gap") != std::string::npos;
+  return at != std::string::npos && ordinals && std::stoul(message.substr(at + 9)) > 0;
+}
+
 // The band thresholds moved, re-signed: the same counts and streams against other bands. Many
 // such payloads are refused only by a walk's checks (a band's ordinals past its population, a
 // segment's count), after that walk, and other parts' walks, have applied their tiles.
@@ -197,6 +206,20 @@ TEST(DecodeApply, PayloadsRefusedByAWalkLeaveTheTensorsAsTheyWere) {
       }
     }
   EXPECT_GT(walk_refusals, 4);
+  // A bit flipped in the streams of the payload as encoded: on one thread, where a later part's
+  // ordinals fail, every part before it has been walked and applied, and is undone.
+  std::mt19937_64 rng(99);
+  int later_ordinal_refusals = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto flipped = raw;
+    const size_t at = flipped.size() / 8 + rng() % (flipped.size() - flipped.size() / 8);
+    flipped[at] = static_cast<uint8_t>(flipped[at] ^ (1u << (rng() % 8)));
+    for (int threads : {1, 2}) {
+      const Outcome o = ExpectLikeTwoSteps(c.w, WithLocationSection(c.p, flipped), threads, "flip " + std::to_string(at));
+      later_ordinal_refusals += threads == 1 && IsOrdinalErrorAfterPartZero(o.status.message());
+    }
+  }
+  EXPECT_GT(later_ordinal_refusals, 20);
 }
 
 // Random edits anywhere in the sections (values too), re-signed: refused alike, nothing written.
