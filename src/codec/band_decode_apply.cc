@@ -37,9 +37,10 @@ void ApplyPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegmen
 // error, every change applied so far is undone (the same XOR masks onto the same elements); the
 // error is the first in part order, ordinals before walk, as DecodeBandedLocations reports it.
 // Each part's ordinals are decoded right before its walk into one reused buffer (OrdinalRoom):
-// decoding every part's first and then walking them, a 31.6 MB generated payload at 4.2 %
-// change (eight parts, ~84 K changes each) decoded+applied in 1.1-1.4x the time, its 5.4 MB of
-// ordinals written out to memory and read back.
+// decoding every part's first and then walking them, the seven 31.6 MB payloads of a generated
+// step at 4.2 % change (eight parts of ~84 K changes each) decoded+applied in 1.16-1.22x the time
+// on one thread (the two orders alternated in one process), each payload's 5.4 MB of ordinals
+// written out to memory and read back.
 Status DecodeApplyOnOneThread(const PartDecoder& decoder, std::span<const ContextSegment> segs,
                               std::span<const std::span<uint32_t>> positions, const WalkApply& apply) {
   const size_t parts = decoder.parts();

@@ -219,7 +219,7 @@ TEST(DecodeApply, PayloadsRefusedByAWalkLeaveTheTensorsAsTheyWere) {
       later_ordinal_refusals += threads == 1 && IsOrdinalErrorAfterPartZero(o.status.message());
     }
   }
-  EXPECT_GT(later_ordinal_refusals, 20);
+  EXPECT_GT(later_ordinal_refusals, 100);
 }
 
 // Random edits anywhere in the sections (values too), re-signed: refused alike, nothing written.
