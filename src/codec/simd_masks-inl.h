@@ -72,6 +72,13 @@ HWY_INLINE __m512i CompressBytes(uint64_t m, __m512i v) {
   return _mm512_mask_compress_epi8(zero, m, v);
 }
 
+// CompressBytes for the 16-bit lanes of v (vpcompressw, the same false dependency).
+HWY_INLINE __m512i CompressWords(uint32_t m, __m512i v) {
+  __m512i zero = _mm512_setzero_si512();
+  asm("" : "+v"(zero));
+  return _mm512_mask_compress_epi16(zero, m, v);
+}
+
 // The bytes 0..63, for StoreMaskPositions.
 HWY_INLINE __m512i ByteIota() {
   static constexpr auto kIota = [] {

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "codec/simd_masks-inl.h"  // CompressWords
 #include "codec/value_symbols.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -74,11 +75,7 @@ void CountSymbols16(const uint8_t* p, uint64_t n, uint64_t* small4, uint64_t* la
     c1 += __builtin_popcount(e1), c3 += __builtin_popcount(e3);
     c7 += __builtin_popcount(e7), c15 += __builtin_popcount(e15);
     const __mmask32 others = ~(e1 | e3 | e7 | e15);
-    // Merged into a zero the compiler cannot see (CompressBytes' reason: a zero-masked compress
-    // waits for its destination register's last write on a Zen 5).
-    __m512i zero = _mm512_setzero_si512();
-    asm("" : "+v"(zero));
-    _mm512_storeu_si512(rest + in_rest, _mm512_mask_compress_epi16(zero, others, v));
+    _mm512_storeu_si512(rest + in_rest, ::dcr::HWY_NAMESPACE::CompressWords(others, v));
     in_rest += static_cast<size_t>(__builtin_popcount(others));
     if (in_rest >= kBatch) {
       CountSymbolsT<uint16_t>(reinterpret_cast<const uint8_t*>(rest), in_rest, small4, large, large_groups);
