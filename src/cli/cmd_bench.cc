@@ -188,7 +188,8 @@ Result<double> EncodeSeconds(const Checkpoint& base, const Checkpoint& next, con
   for (size_t i = wave->size(); i-- > 0;) {
     const EncodedPayload& p = (*wave)[i];
     if (p.changed == 0) continue;
-    if (k == 0 || !std::ranges::equal(p.bytes, delta.PayloadBytes(--k)))
+    if (k == 0) return Internal("bench: the timed encode has more payloads with changes than the delta");
+    if (!std::ranges::equal(p.bytes, delta.PayloadBytes(--k)))
       return Internal("bench: the timed encode's payload " + std::to_string(k) + " differs from the delta's");
   }
   return t;

@@ -206,8 +206,7 @@ TEST(ScalarTargets, ValueSectionsAreTheSameBytesAndDecodeAlikeOnEveryTarget) {
 // 2-byte values' vector path (the commonest masks by compares, the rest one by one, or packed and
 // counted in batches of 1024, which 20,000 values, a fifth of them others, fill several times)
 // included; also in a tally cleared after each count (Clear zeroes only the groups of counters
-// used); and
-// SumUsed lists the used symbols of one or two tallies with their summed counts.
+// used); and SumUsed lists the used symbols of one or two tallies with their summed counts.
 TEST(ScalarTargets, ValueTalliesCountEverySymbolOnEveryTarget) {
   std::mt19937_64 rng(17);
   std::vector<uint8_t> bytes(8 * 20000 + 8);
