@@ -15,12 +15,22 @@ namespace dcr {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-Status CompareCatalogs(const Catalog& a, const std::string& a_label, const Catalog& b,
-                       const std::string& b_label) {
+namespace {
+
+// One catalog entry, read where it is held (a CatalogEntry, or a checkpoint's TensorInfo).
+struct EntryView {
+  const std::string& name;
+  DType dtype;
+  const std::vector<uint64_t>& shape;
+};
+
+// CompareCatalogs over two catalogs of na and nb entries, entry i given by a(i) and b(i).
+template <typename A, typename B>
+Status CompareEntries(size_t na, const A& a, const std::string& a_label, size_t nb, const B& b,
+                      const std::string& b_label) {
   size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const auto& x = a[i];
-    const auto& y = b[j];
+  while (i < na && j < nb) {
+    const EntryView x = a(i), y = b(j);
     if (x.name < y.name) return Mismatch("tensor '" + x.name + "' is in " + a_label + " but not in " + b_label);
     if (y.name < x.name) return Mismatch("tensor '" + y.name + "' is in " + b_label + " but not in " + a_label);
     if (x.dtype != y.dtype)
@@ -31,9 +41,29 @@ Status CompareCatalogs(const Catalog& a, const std::string& a_label, const Catal
                       " but " + ShapeString(y.shape) + " in " + b_label);
     ++i, ++j;
   }
-  if (i < a.size()) return Mismatch("tensor '" + a[i].name + "' is in " + a_label + " but not in " + b_label);
-  if (j < b.size()) return Mismatch("tensor '" + b[j].name + "' is in " + b_label + " but not in " + a_label);
+  if (i < na) return Mismatch("tensor '" + a(i).name + "' is in " + a_label + " but not in " + b_label);
+  if (j < nb) return Mismatch("tensor '" + b(j).name + "' is in " + b_label + " but not in " + a_label);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status CompareCatalogs(const Catalog& a, const std::string& a_label, const Catalog& b,
+                       const std::string& b_label) {
+  auto view = [](const Catalog& c) {
+    return [&c](size_t i) { return EntryView{c[i].name, c[i].dtype, c[i].shape}; };
+  };
+  return CompareEntries(a.size(), view(a), a_label, b.size(), view(b), b_label);
+}
+
+Status CompareCheckpointCatalogs(const Checkpoint& a, const Checkpoint& b) {
+  auto view = [](const Checkpoint& c) {
+    return [&c](size_t i) {
+      const TensorInfo& t = *c.tensors()[i].info;
+      return EntryView{t.name, t.dtype, t.shape};
+    };
+  };
+  return CompareEntries(a.tensors().size(), view(a), a.path(), b.tensors().size(), view(b), b.path());
 }
 
 Status Checkpoint::AddFile(const std::string& file_path, MappedFile::Mode mode) {
@@ -204,7 +234,7 @@ std::optional<TensorDifference> FirstTensorDifference(const TensorRef& x, const 
 }
 
 Result<std::optional<TensorDifference>> FirstDifference(const Checkpoint& a, const Checkpoint& b) {
-  DCR_RETURN_IF_ERROR(CompareCatalogs(a.catalog(), a.path(), b.catalog(), b.path()));
+  DCR_RETURN_IF_ERROR(CompareCheckpointCatalogs(a, b));
   for (size_t i = 0; i < a.tensors().size(); ++i)
     if (auto d = FirstTensorDifference(a.tensors()[i], b.tensors()[i])) return d;
   return std::optional<TensorDifference>();

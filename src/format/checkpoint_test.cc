@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -291,6 +292,49 @@ TEST(CompareCatalogs, NamesTheFirstDifferenceInCatalogOrder) {
   check({{"a", DType::kF32, {2}}, {"b", DType::kBF16, {3, 4}}, {"c", DType::kU8, {5}}, {"d", DType::kU8, {5}}},
         {"'d'", "is in next.st but not in base.st"});
   check({{"a", DType::kF32, {2, 1}}, {"b", DType::kBF16, {3, 4}}, {"c", DType::kU8, {5}}}, {"'a'"});
+}
+
+// CompareCheckpointCatalogs reads the checkpoints' tensor records in place: the same status,
+// code and message, as CompareCatalogs of their copied catalogs labelled by their paths, for
+// every kind of difference (and none), either way round.
+TEST(CompareCatalogs, CheckpointsCompareAsTheirCatalogsDo) {
+  TempDir dir(kDirPrefix);
+  std::mt19937_64 rng(9);
+  using Entries = std::vector<std::tuple<std::string, DType, std::vector<uint64_t>>>;
+  auto write = [&](const std::string& name, const Entries& list) {
+    Tensors t;
+    for (const auto& [n, d, shape] : list) t.Add(n, d, shape, rng);
+    EXPECT_TRUE(WriteSafetensors(dir / name, t.Bind()).ok());
+    return dir / name;
+  };
+  const Entries abc = {{"a", DType::kF32, {2}}, {"b", DType::kBF16, {3, 4}}, {"c", DType::kU8, {5}}};
+  const std::string base = write("base.safetensors", abc);
+  const std::vector<std::string> others = {
+      base,
+      write("same.safetensors", abc),
+      write("dtype.safetensors", {{"a", DType::kF32, {2}}, {"b", DType::kF16, {3, 4}}, {"c", DType::kU8, {6}}}),
+      write("shape.safetensors", {{"a", DType::kF32, {2}}, {"b", DType::kBF16, {4, 3}}, {"c", DType::kU8, {5}}}),
+      write("missing.safetensors", {{"a", DType::kF32, {2}}, {"c", DType::kU8, {5}}}),
+      write("last.safetensors", {{"a", DType::kF32, {2}}, {"b", DType::kBF16, {3, 4}}}),
+      write("extra.safetensors",
+            {{"a", DType::kF32, {2}}, {"aa", DType::kF32, {2}}, {"b", DType::kBF16, {3, 4}}, {"c", DType::kU8, {5}}}),
+      write("empty.safetensors", {}),
+  };
+  auto a = Checkpoint::Open(base);
+  ASSERT_TRUE(a.ok());
+  int mismatches = 0;
+  for (const std::string& path : others) {
+    auto b = Checkpoint::Open(path);
+    ASSERT_TRUE(b.ok()) << path;
+    for (const auto& [x, y] : {std::pair{&*a, &*b}, std::pair{&*b, &*a}}) {
+      const Status want = CompareCatalogs(x->catalog(), x->path(), y->catalog(), y->path());
+      const Status got = CompareCheckpointCatalogs(*x, *y);
+      EXPECT_EQ(got.code(), want.code()) << x->path() << " against " << y->path();
+      EXPECT_EQ(got.message(), want.message());
+      mismatches += got.code() == StatusCode::kMismatch;
+    }
+  }
+  EXPECT_EQ(mismatches, 12);  // all but base and its copy, both ways
 }
 
 // FirstDifference of the checkpoints at `a` and `b`; a failure to open either is returned.

@@ -39,7 +39,7 @@ void EncodeWave(const PayloadPlan& plan, size_t first, size_t n, const Checkpoin
 
 Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next, const std::string& out_path,
                                   const DiffOptions& options) {
-  DCR_RETURN_IF_ERROR(CompareCatalogs(base.catalog(), base.path(), next.catalog(), next.path()));
+  DCR_RETURN_IF_ERROR(CompareCheckpointCatalogs(base, next));
   const int threads = ResolvedThreads(options);
   const auto& bt = base.tensors();
 
@@ -100,7 +100,7 @@ Result<DiffStats> DiffCheckpoints(const Checkpoint& base, const Checkpoint& next
 
 Result<uint64_t> EncodeDiffPayloads(const Checkpoint& base, const Checkpoint& next, const DiffOptions& options,
                                     uint64_t transfer_id, std::vector<EncodedPayload>* wave) {
-  DCR_RETURN_IF_ERROR(CompareCatalogs(base.catalog(), base.path(), next.catalog(), next.path()));
+  DCR_RETURN_IF_ERROR(CompareCheckpointCatalogs(base, next));
   const int threads = ResolvedThreads(options);
   DCR_ASSIGN_OR_RETURN(const PayloadPlan plan, DiffPlan(base, options));
   wave->resize(WavePayloads(threads));
