@@ -112,6 +112,7 @@ struct WalkApply;  // band_walk.h
 // shares hold values (the Huffman code in streams).
 struct BandedValueSection {
   std::function<void(int, bool)> decode_share;
+  std::function<void()> decode_all;  // both shares on the calling thread (ValueSectionDecoder::DecodeAll)
   std::function<Status()> result;
   std::function<std::pair<uint64_t, uint64_t>(int)> share_values;
   bool splits = false;

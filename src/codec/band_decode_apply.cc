@@ -184,8 +184,7 @@ Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, 
     const PartDecoder decoder(h, segs, total_elements, positions);
     return DecodeApplyOnTwoThreads(decoder, segs, positions, values, apply);
   }
-  values.decode_share(0, false);
-  values.decode_share(1, false);
+  values.decode_all();
   DCR_RETURN_IF_ERROR(values.result());  // the value section's errors come first
   DCR_RETURN_IF_ERROR(header);
   const PartDecoder decoder(h, segs, total_elements, positions);

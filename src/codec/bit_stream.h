@@ -342,6 +342,16 @@ class BitReader {
       acc >>= nbits;
       fill -= nbits;
     }
+    // The bits consumed from the input's start.
+    uint64_t Consumed() const { return uint64_t{pos} * 8 - static_cast<uint64_t>(fill); }
+    // Makes the window start at input bit `bit` (at most 8 x size, and below it unless a
+    // multiple of 8): the rest of that bit's byte in acc, as a refill expects.
+    void SeekTo(uint64_t bit) {
+      pos = static_cast<size_t>(bit >> 3), acc = 0, fill = 0;
+      if (bit % 8 == 0) return;
+      acc = data[pos++] >> (bit % 8);
+      fill = 8 - static_cast<int>(bit % 8);
+    }
   };
   Window TakeWindow() const { return {b_.data(), b_.size(), pos_, acc_, fill_}; }
   void PutWindow(const Window& w) { pos_ = w.pos, acc_ = w.acc, fill_ = w.fill; }

@@ -1,9 +1,9 @@
 // Codec tests: the value section in streams (codec 3, docs/format.md §2.3). The encoder writes
 // four streams from the threshold on, the same bytes on one thread and on two (either thread
 // taking the second share); sections written from the format description with 2..8 streams
-// decode, share by share in any order or on two threads at once, two streams at a time (codes
-// longer than the lookup window and escapes included); broken stream headers, lengths, escapes
-// and cuts are kCorrupt with the same error however the shares were run.
+// decode, share by share in any order, on two threads at once or both shares as one, four or two
+// streams at a time (codes longer than the lookup window and escapes included); broken stream
+// headers, lengths, escapes and cuts are kCorrupt with the same error however the shares were run.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -66,7 +66,9 @@ Status DecodeInto(ValueCodec codec, std::span<const uint8_t> stored, const Value
   return DecodeValues(codec, stored, targets.runs, targets.outs);
 }
 
-// The shares run as asked: 0 then 1, 1 then 0, or on two threads at once. Returns Result().
+// The shares run as asked: 0 then 1, 1 then 0, on two threads at once, or both as one
+// (DecodeAll: the streams four at a time across the shares). Returns Result().
+constexpr int kEveryOrder[] = {0, 1, 2, 3};
 Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, int how,
                       std::vector<std::vector<uint8_t>>* out) {
   const DecodeTargets targets(v, out);
@@ -78,6 +80,7 @@ Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const V
     d.DecodeShare(0);
     t.join();
   }
+  if (how == 3) d.DecodeAll();
   return d.Result();
 }
 
@@ -202,9 +205,10 @@ TEST(ValueStreams, OwnStreamsFirstThenTheRestGiveTheSameBytes) {
       }
 }
 
-// Two streams decode at a time (their lookups interleaved) where their runs' widths agree: codes
-// longer than the 10-bit lookup window, escapes and width changes at different points in the
-// two streams all give the values back, on one thread and on two.
+// Two streams decode at a time (their lookups interleaved) where their runs' widths agree, and
+// four where one thread takes both shares (DecodeAll): codes longer than the 10-bit lookup
+// window, escapes and width changes at different points in the streams all give the values
+// back, on one thread and on two.
 TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
   std::mt19937_64 rng(11);
   // Symbols of falling frequency, 1 in 20 a rare one (code lengths up to 15), 1 in 40 escaped;
@@ -239,7 +243,7 @@ TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
   std::vector<uint8_t> stored;
   ASSERT_EQ(EncodeValues(v.runs, 3, &stored, 1, 1000), ValueCodec::kHuffmanStreams);
   ASSERT_EQ(StreamCount(stored), 4);
-  for (int how : {0, 1, 2}) {
+  for (int how : kEveryOrder) {
     std::vector<std::vector<uint8_t>> back;
     const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, stored, v, how, &back);
     ASSERT_TRUE(s.ok()) << "order " << how << ": " << s.ToString();
@@ -253,7 +257,7 @@ TEST(ValueStreams, SectionsWrittenFromTheFormatDecodeShareByShareInAnyOrder) {
   ASSERT_FALSE(h.escapes.empty());
   for (size_t streams : {2, 3, 5, 8}) {
     const std::vector<uint8_t> bytes = h.StreamsBytes(streams);
-    for (int how : {0, 1, 2}) {
+    for (int how : kEveryOrder) {
       std::vector<std::vector<uint8_t>> back;
       const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back);
       ASSERT_TRUE(s.ok()) << streams << " streams, order " << how << ": " << s.ToString();
@@ -275,7 +279,8 @@ TEST(ValueStreams, BrokenStreamsAreCorruptWithTheSameErrorInEveryOrder) {
     std::vector<std::vector<uint8_t>> back;
     const Status first = DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, 0, &back);
     EXPECT_EQ(first.code(), StatusCode::kCorrupt) << what << ": " << first.ToString();
-    for (int how : {1, 2}) EXPECT_EQ(DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back).ToString(), first.ToString()) << what;
+    for (int how : {1, 2, 3})
+      EXPECT_EQ(DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back).ToString(), first.ToString()) << what;
   };
   check("stream count 0", h.StreamsBytes(2, [](S& s) { s.count = 0; }));
   check("stream count 1", h.StreamsBytes(2, [](S& s) { s.count = 1; }));
@@ -319,6 +324,13 @@ TEST(ValueStreams, BrokenStreamsAreCorruptWithTheSameErrorInEveryOrder) {
   check("stream 2 of 4 one byte longer", h.StreamsBytes(4, [](S& s) { ++s.lengths[2]; }));
   check("an escape counted in stream 0 of 4 instead of 1", h.StreamsBytes(4, [](S& s) {
     s.escape_bytes[0] += 2, s.escape_bytes[1] -= 2;
+  }));
+  // In eight streams (each share four, decoded as one quad): any of a quad's streams broken.
+  check("stream 5 of 8 missing its last byte", h.StreamsBytes(8, [](S& s) { s.bits[5].pop_back(); }));
+  check("stream 2 of 8 one byte longer", h.StreamsBytes(8, [](S& s) { ++s.lengths[2]; }));
+  check("a trailing byte in stream 7 of 8", h.StreamsBytes(8, [](S& s) { s.bits[7].push_back(0); }));
+  check("an escape counted in stream 6 of 8 instead of 7", h.StreamsBytes(8, [](S& s) {
+    s.escape_bytes[6] += 2, s.escape_bytes[7] -= 2;
   }));
   for (size_t broken : {0, 1, 3}) {
     std::vector<std::vector<uint8_t>> back;

@@ -265,7 +265,7 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   std::sort(codes.begin(), codes.end(), [](const Code& a, const Code& b) { return a.length < b.length; });
   multi_.resize(fast_.size());  // every entry is written: the empty sequence's fill covers all
   auto fill = [&](auto&& self, uint32_t prefix, int used, int count, uint64_t symbols) -> void {
-    const uint64_t e = symbols | static_cast<uint64_t>(used) << 48 | static_cast<uint64_t>(count) << 52;
+    const uint64_t e = symbols | static_cast<uint64_t>(used) << 48 | static_cast<uint64_t>(count) << kCountShift;
     for (size_t w = prefix; w < multi_.size(); w += size_t{1} << used) multi_[w] = e;
     if (count == kMultiSymbols) return;
     for (const Code& c : codes) {
@@ -278,7 +278,7 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   // empty: no shorter code starts it) a block of 2^(kHuffmanMaxBits - kFastBits) entries indexed
   // by the window's next bits. Empty entries (invalid codes, `stop` and above) stay 0.
   constexpr uint32_t kBlock = 1u << (kHuffmanMaxBits - kFastBits);
-  long_.clear();
+  long_.assign(1, 0);  // entry 0: PeekLongOrZero's, for entries that start no longer code
   for (const LongCode& c : long_codes_) {
     uint64_t& e = multi_[c.bits & ((1u << kFastBits) - 1)];
     if ((e >> kLongBit & 1) == 0) {

@@ -104,8 +104,11 @@ class HuffmanDecoder {
   // all three with one 8-byte store; lane 3, the bit count and symbol count, lands in a slot that
   // the next store overwrites).
   static uint32_t MultiSymbol(uint64_t e, int i) { return static_cast<uint32_t>(e >> (16 * i)) & 0xffff; }
-  static int MultiBits(uint64_t e) { return static_cast<int>(e >> 48) & 15; }
-  static int MultiCount(uint64_t e) { return static_cast<int>(e >> 52) & 3; }
+  // The bit count is alone in bits 48..53 (the count sits above kLongBit): `x >> MultiBits(e)`
+  // compiles to one shift of x by e >> 48, whose count the x86 shift instructions take mod 64
+  // themselves, so a decode loop's chain of lookups has no AND on it.
+  static int MultiBits(uint64_t e) { return static_cast<int>(e >> 48) & 63; }
+  static int MultiCount(uint64_t e) { return static_cast<int>(e >> kCountShift) & 3; }
   // For an entry with no symbols (MultiCount 0) and the same window (at least kHuffmanMaxBits
   // bits in it): the code there if it is longer than the table's window and below `stop`, as
   // symbol | length << 16; 0 otherwise (an escape or an invalid code: decode it with Get).
@@ -123,6 +126,12 @@ class HuffmanDecoder {
     for (size_t i = 0; i < multi_.size(); i += 8) __builtin_prefetch(multi_.data() + i);
     for (size_t i = 0; i < long_.size(); i += 16) __builtin_prefetch(long_.data() + i);
   }
+  // PeekLong without a branch: entry 0 of the long-code table is always 0, and an entry that is
+  // not a longer code's prefix reads it.
+  static uint32_t PeekLongOrZero(const uint32_t* table, uint64_t e, uint64_t window) {
+    const uint64_t at = (e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1));
+    return table[(e >> kLongBit & 1) != 0 ? at : 0];
+  }
   static uint32_t LongSymbol(uint32_t t) { return t & 0xffff; }
   static int LongBits(uint32_t t) { return static_cast<int>(t >> 16); }
 
@@ -132,10 +141,10 @@ class HuffmanDecoder {
   static constexpr int kFastBits = 10;
   uint32_t GetLong(BitReader& r) const;
   std::vector<uint32_t> fast_;  // 2^kFastBits entries: symbol << 4 | length (0: a longer code or invalid)
-  // 2^kFastBits entries: symbols at bits 0, 16, 32; bits at 48; count at 52; or, for the prefix
-  // of a longer code, bit kLongBit and its block of long_ at bits 0..31.
+  // 2^kFastBits entries: symbols at bits 0, 16, 32; bits at 48; count at kCountShift; or, for
+  // the prefix of a longer code, bit kLongBit and its block of long_ at bits 0..31.
   std::vector<uint64_t> multi_;
-  static constexpr int kLongBit = 54;
+  static constexpr int kLongBit = 54, kCountShift = 56;
   struct LongCode {
     uint32_t bits, symbol;  // bits: the code as read, first bit lowest
     int length;

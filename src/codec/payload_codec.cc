@@ -558,6 +558,7 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     };
     const BandedValueSection value_section{
         [&](int share, bool apart) { decoder_of(share, apart).DecodeShare(share); },
+        [&] { value_decoder.DecodeAll(); },
         [&]() -> Status {
           DCR_RETURN_IF_ERROR(values_result());
           if (share_1_decoder) return share_1_decoder->Result().WithContext("payload value section");
@@ -577,7 +578,10 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
   // The sections are independent: with enough changes, a second thread may decode the values.
   const bool share_values = threads >= 2 && changed >= kConcurrentSectionsMinChanges;
   const Status located = DecodeLocations(layout, in, position_outs, threads, share_values ? &values : nullptr);
-  (void)values.RunIfUnclaimed();
+  if (share_values)
+    (void)values.RunIfUnclaimed();
+  else
+    value_decoder.DecodeAll();  // one thread: the streams four at a time across the shares
   DCR_RETURN_IF_ERROR(values_result());
   DCR_RETURN_IF_ERROR(located);
   if (apply != nullptr) return ApplyPayload(d, apply->tensor_of, threads);

@@ -135,6 +135,9 @@ class ValueSectionDecoder {
   ValueSectionDecoder(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                       std::span<const std::span<uint8_t>> outs);
   void DecodeShare(int share);
+  // Both shares on the calling thread, in place of DecodeShare(0) and DecodeShare(1) (neither of
+  // which may run on this decoder): the streams four at a time across the shares.
+  void DecodeAll();
   // After DecodeShare(share): the payload-order values [first, second) that share decoded
   // (share 0 all of them where the section has one stream or none).
   std::pair<uint64_t, uint64_t> ShareValues(int share) const;
@@ -144,8 +147,9 @@ class ValueSectionDecoder {
 
  private:
   Status Prepare();
-  // Streams i and j (j == i: one stream) into status_[i], status_[j].
-  void DecodeStreams(size_t i, size_t j);
+  // Streams id[0 .. count) (count 1, 2 or 4) into their status_ entries.
+  void DecodeStreams(const size_t* id, size_t count);
+  void DecodeStreamRange(size_t from, size_t to);
 
   ValueCodec codec_;
   std::span<const uint8_t> stored_;

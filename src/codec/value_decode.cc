@@ -109,35 +109,51 @@ class StreamCursor {
 
 }  // namespace
 
-void ValueSectionDecoder::DecodeStreams(size_t i, size_t j) {
+void ValueSectionDecoder::DecodeStreams(const size_t* id, size_t count) {
   if (codec_ != ValueCodec::kHuffman && codec_ != ValueCodec::kHuffmanStreams) {
-    status_[i] = DecodePlanes(codec_, stored_, runs_, outs_);
+    status_[id[0]] = DecodePlanes(codec_, stored_, runs_, outs_);
     return;
   }
-  const size_t count = j == i ? 1 : 2;
+  DCR_CHECK(count == 1 || count == 2 || count == 4);
   code_.PrefetchTables();  // built by the share that prepared
-  const size_t id[2] = {i, j};
-  std::array<BitReader, 2> bits = {BitReader(bits_[i]), BitReader(bits_[j])};
-  std::array<size_t, 2> e{};
-  std::array<value_symbols::SymbolLane, 2> lane;
-  std::array<StreamCursor, 2> at = {
-      StreamCursor(runs_, outs_, StreamStart(total_, streams_, i), StreamStart(total_, streams_, i + 1)),
-      StreamCursor(runs_, outs_, StreamStart(total_, streams_, j), StreamStart(total_, streams_, j + 1))};
+  constexpr size_t kMost = 4;
+  // Lanes past `count` repeat the last stream and are never decoded.
+  auto stream = [&](size_t l) { return id[std::min(l, count - 1)]; };
+  std::array<BitReader, kMost> bits = {BitReader(bits_[stream(0)]), BitReader(bits_[stream(1)]),
+                                       BitReader(bits_[stream(2)]), BitReader(bits_[stream(3)])};
+  std::array<size_t, kMost> e{};
+  std::array<value_symbols::SymbolLane, kMost> lane;
+  auto cursor = [&](size_t l) {
+    const size_t i = stream(l);
+    return StreamCursor(runs_, outs_, StreamStart(total_, streams_, i), StreamStart(total_, streams_, i + 1));
+  };
+  std::array<StreamCursor, kMost> at = {cursor(0), cursor(1), cursor(2), cursor(3)};
   for (size_t l = 0; l < count; ++l) lane[l] = {&bits[l], escapes_[id[l]], &e[l], nullptr, Status::Ok()};
   auto single = [&](size_t l, uint64_t n) {
     lane[l].dst = at[l].dst();
     lane[l].status = value_symbols::DecodeSymbols(code_, bits[l], escapes_[id[l]], &e[l], n, at[l].width(), lane[l].dst);
     at[l].Advance(n);
   };
-  // Two streams in step while both last (where their runs' widths agree), then each one's rest.
-  while (count == 2 && !at[0].done() && !at[1].done() && lane[0].status.ok() && lane[1].status.ok()) {
-    const uint64_t n = std::min(at[0].available(), at[1].available());
-    if (at[0].width() == at[1].width()) {
-      lane[0].dst = at[0].dst(), lane[1].dst = at[1].dst();
-      value_symbols::DecodeSymbolPair(code_, &lane[0], &lane[1], n, at[0].width());
-      at[0].Advance(n), at[1].Advance(n);
+  auto all = [&](auto&& pred) {
+    for (size_t l = 0; l < count; ++l)
+      if (!pred(l)) return false;
+    return true;
+  };
+  // The streams in step while all last (where their runs' widths agree), then each one's rest.
+  while (count >= 2 && all([&](size_t l) { return !at[l].done() && lane[l].status.ok(); })) {
+    uint64_t n = at[0].available();
+    for (size_t l = 1; l < count; ++l) n = std::min(n, at[l].available());
+    if (all([&](size_t l) { return at[l].width() == at[0].width(); })) {
+      for (size_t l = 0; l < count; ++l) lane[l].dst = at[l].dst();
+      if (count == 4) {
+        value_symbols::SymbolLane* const quad[4] = {&lane[0], &lane[1], &lane[2], &lane[3]};
+        value_symbols::DecodeSymbolQuad(code_, quad, n, at[0].width());
+      } else {
+        value_symbols::DecodeSymbolPair(code_, &lane[0], &lane[1], n, at[0].width());
+      }
+      for (size_t l = 0; l < count; ++l) at[l].Advance(n);
     } else {
-      single(0, n), single(1, n);
+      for (size_t l = 0; l < count; ++l) single(l, n);
     }
   }
   for (size_t l = 0; l < count; ++l)
@@ -154,6 +170,20 @@ void ValueSectionDecoder::DecodeStreams(size_t i, size_t j) {
   }
 }
 
+// Streams [from, to): four at a time, then two, then one (independent chains of table lookups,
+// interleaved).
+void ValueSectionDecoder::DecodeStreamRange(size_t from, size_t to) {
+  size_t i = from;
+  for (; to - i >= 4; i += 4) {
+    const size_t id[4] = {i, i + 1, i + 2, i + 3};
+    DecodeStreams(id, 4);
+  }
+  for (; i < to; i += 2) {
+    const size_t id[2] = {i, i + 1};
+    DecodeStreams(id, to - i >= 2 ? 2 : 1);
+  }
+}
+
 void ValueSectionDecoder::DecodeShare(int share) {
   DCR_CHECK(share == 0 || share == 1);
   if (prepare_claim_.Claim()) {
@@ -164,7 +194,14 @@ void ValueSectionDecoder::DecodeShare(int share) {
   }
   if (!prepared_status_.ok()) return;
   const auto [from, to] = value_symbols::ShareStreams(streams_, share);
-  for (size_t i = from; i < to; i += 2) DecodeStreams(i, std::min(i + 1, to - 1));  // two at a time
+  DecodeStreamRange(from, to);
+}
+
+void ValueSectionDecoder::DecodeAll() {
+  DCR_CHECK(prepare_claim_.Claim());
+  prepared_status_ = Prepare();
+  prepared_.store(true, std::memory_order_release);
+  if (prepared_status_.ok()) DecodeStreamRange(0, streams_);
 }
 
 std::pair<uint64_t, uint64_t> ValueSectionDecoder::ShareValues(int share) const {
@@ -182,8 +219,7 @@ Status ValueSectionDecoder::Result() const {
 Status DecodeValues(ValueCodec codec, std::span<const uint8_t> stored, std::span<const ValueRun> runs,
                     std::span<const std::span<uint8_t>> outs) {
   ValueSectionDecoder decoder(codec, stored, runs, outs);
-  decoder.DecodeShare(0);
-  decoder.DecodeShare(1);
+  decoder.DecodeAll();
   return decoder.Result();
 }
 

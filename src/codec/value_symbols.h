@@ -84,5 +84,7 @@ struct SymbolLane {
 // same values, escapes and errors), faster: the two streams' table lookups are independent
 // chains, interleaved. Both lanes' status must be ok on entry.
 void DecodeSymbolPair(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b, uint64_t n, uint32_t width);
+// The same for four streams (lanes[0..3]): four interleaved chains of lookups.
+void DecodeSymbolQuad(const HuffmanDecoder& code, SymbolLane* const* lanes, uint64_t n, uint32_t width);
 
 }  // namespace dcr::value_symbols
