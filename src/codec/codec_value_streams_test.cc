@@ -1,5 +1,5 @@
 // Codec tests: the value section in streams (codec 3, docs/format.md §2.3). The encoder writes
-// four streams from the threshold on, the same bytes on one thread and on two (either thread
+// eight streams from the threshold on, the same bytes on one thread and on two (either thread
 // taking the second share); sections written from the format description with 2..8 streams
 // decode, share by share in any order, on two threads at once or both shares as one, four or two
 // streams at a time (codes longer than the lookup window and escapes included); broken stream
@@ -100,7 +100,7 @@ int StreamCount(std::span<const uint8_t> section) {
   return s;
 }
 
-TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCount) {
+TEST(ValueStreams, EncoderWritesEightStreamsFromTheThresholdTheSameOnAnyThreadCount) {
   for (uint64_t n : {uint64_t{999}, uint64_t{1000}, uint64_t{40001}}) {
     // The cut between the streams falls inside a run of every width.
     const Values v = MakeValues({{2, n / 2}, {1, n / 8}, {4, n / 8}, {8, n - n / 2 - n / 4}}, static_cast<uint32_t>(n));
@@ -108,7 +108,7 @@ TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCou
     const ValueCodec codec = EncodeValues(v.runs, 3, &one, 1, 1000);
     EXPECT_EQ(codec, n >= 1000 ? ValueCodec::kHuffmanStreams : ValueCodec::kHuffman) << n;
     if (n >= 1000) {
-      EXPECT_EQ(StreamCount(one), 4) << n;
+      EXPECT_EQ(StreamCount(one), 8) << n;
     }
     std::vector<std::vector<uint8_t>> back;
     ASSERT_TRUE(DecodeInto(codec, one, v, &back).ok()) << n;
@@ -122,12 +122,12 @@ TEST(ValueStreams, EncoderWritesFourStreamsFromTheThresholdTheSameOnAnyThreadCou
     }
     SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
   }
-  // The default threshold: codec 2 below it, and about 10 bytes more at it.
+  // The default threshold: codec 2 below it, and about 20 bytes more at it.
   const Values below = MakeValues({{2, kValueStreamsMin - 1}}, 3), at = MakeValues({{2, kValueStreamsMin}}, 3);
   std::vector<uint8_t> a, b;
   EXPECT_EQ(EncodeValues(below.runs, 3, &a), ValueCodec::kHuffman);
   EXPECT_EQ(EncodeValues(at.runs, 3, &b), ValueCodec::kHuffmanStreams);
-  EXPECT_LT(b.size(), a.size() + 16);
+  EXPECT_LT(b.size(), a.size() + 32);
   // Fewer values than streams: one stream per value.
   const Values three = MakeValues({{2, 3}}, 4);
   std::vector<uint8_t> c;
@@ -205,10 +205,10 @@ TEST(ValueStreams, OwnStreamsFirstThenTheRestGiveTheSameBytes) {
       }
 }
 
-// Two streams decode at a time (their lookups interleaved) where their runs' widths agree, and
-// four where one thread takes both shares (DecodeAll): codes longer than the 10-bit lookup
-// window, escapes and width changes at different points in the streams all give the values
-// back, on one thread and on two.
+// Four or two streams decode at a time (their lookups interleaved) where their runs' widths
+// agree: codes longer than the 10-bit lookup window, escapes and width changes at different
+// points in the streams all give the values back, in every stream count's grouping of a
+// share's streams (and of both shares' as one), on one thread and on two.
 TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
   std::mt19937_64 rng(11);
   // Symbols of falling frequency, 1 in 20 a rare one (code lengths up to 15), 1 in 40 escaped;
@@ -234,21 +234,33 @@ TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
     for (uint64_t i = 0; i < r.count; ++i) ++freq[std::min<uint64_t>(value_symbols::LoadValue(r.bytes.data() + i * r.width, r.width), 4095)];
   const HuffmanEncoder code(freq);
   uint64_t long_codes = 0;
+  HuffmanSection crafted;  // the same code, written in other stream counts
+  for (const ValueRun& r : v.runs) crafted.AddValues(r.bytes, r.width);
   for (uint32_t sym = 0; sym < kHuffmanMaxSymbols; ++sym) {
     std::vector<uint64_t> one(kHuffmanMaxSymbols, 0);
     one[sym] = 1;
-    if (freq[sym] > 0 && code.CostBits(one) > 10) long_codes += freq[sym];
+    if (freq[sym] == 0) continue;
+    const int length = static_cast<int>(code.CostBits(one));
+    crafted.lengths[sym] = length;
+    if (length > 10) long_codes += freq[sym];
   }
   ASSERT_GT(long_codes, 100u) << "values with codes longer than the lookup window";
   std::vector<uint8_t> stored;
   ASSERT_EQ(EncodeValues(v.runs, 3, &stored, 1, 1000), ValueCodec::kHuffmanStreams);
-  ASSERT_EQ(StreamCount(stored), 4);
-  for (int how : kEveryOrder) {
-    std::vector<std::vector<uint8_t>> back;
-    const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, stored, v, how, &back);
-    ASSERT_TRUE(s.ok()) << "order " << how << ": " << s.ToString();
-    for (size_t k = 0; k < v.runs.size(); ++k) EXPECT_EQ(back[k], v.bytes[k]) << "order " << how << ", run " << k;
-  }
+  ASSERT_EQ(StreamCount(stored), 8);
+  // Eight streams as the encoder writes them; two (one per share), four (pairs), six (shares of
+  // three: a pair and one; as one, a quad and a pair) as the format allows.
+  std::vector<std::pair<int, std::vector<uint8_t>>> sections = {{8, stored}};
+  for (int streams : {2, 4, 6}) sections.emplace_back(streams, crafted.StreamsBytes(static_cast<size_t>(streams)));
+  ASSERT_EQ(crafted.StreamsBytes(8), stored) << "the crafted section is the encoder's";
+  for (const auto& [streams, bytes] : sections)
+    for (int how : kEveryOrder) {
+      std::vector<std::vector<uint8_t>> back;
+      const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, bytes, v, how, &back);
+      ASSERT_TRUE(s.ok()) << streams << " streams, order " << how << ": " << s.ToString();
+      for (size_t k = 0; k < v.runs.size(); ++k)
+        EXPECT_EQ(back[k], v.bytes[k]) << streams << " streams, order " << how << ", run " << k;
+    }
 }
 
 TEST(ValueStreams, SectionsWrittenFromTheFormatDecodeShareByShareInAnyOrder) {

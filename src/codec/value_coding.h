@@ -34,10 +34,12 @@ struct ValueRun {
 // From `streams_min` values (default kValueStreamsMin) the symbol Huffman form is stored as
 // codec 3: one code, the values cut into kValueStreamsWritten streams (in payload order), each
 // with its own escape area and bit stream, so that two threads decode (and code) it at once,
-// each two streams at a time (independent chains of table lookups, interleaved); about 10 bytes
-// more than codec 2. The format allows 2..kMaxValueStreams streams (format 5 wrote two).
+// each four streams at a time (independent chains of table lookups, interleaved); about 20 bytes
+// more than codec 2. The format allows 2..kMaxValueStreams streams (format 5 wrote two, then
+// four; format 6 four, then eight: with four, each thread's share interleaved two chains,
+// whose lookups left the core idle between them).
 inline constexpr uint64_t kValueStreamsMin = 16384;
-inline constexpr size_t kValueStreamsWritten = 4;
+inline constexpr size_t kValueStreamsWritten = 8;
 inline constexpr uint32_t kMaxValueStreams = 8;
 
 // The symbol counts of some values, for the symbol Huffman forms: additive, so that values may be

@@ -82,18 +82,23 @@ const char* CurrentDelta(size_t i) {
 // format 5 with its values in two Huffman streams (value codec 3); from format 6 in four, its
 // Rice codes split (codec mode 4).
 constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
-// Format 5's encoder later wrote four value streams instead of two (the format allows 2..8, so
-// the version stayed): v5 keeps the two-stream file as first written and this one, the current
-// encoder's bytes.
+// Format 5's encoder later wrote four value streams instead of two, and format 6's eight instead
+// of four (the format allows 2..8, so the version stayed): v5 and v6 keep the files as first
+// written and these, the current encoder's bytes.
 constexpr const char* kGoldenFourStreamsDelta = "context_parts_4streams.dcr";
+constexpr const char* kGoldenEightStreamsDelta = "context_parts_8streams.dcr";
 // The parts delta the current encoder writes into its version's directory.
-const char* CurrentPartsDelta() { return kDeltaFormatVersion == 5 ? kGoldenFourStreamsDelta : kGoldenPartsDelta; }
+const char* CurrentPartsDelta() {
+  return kDeltaFormatVersion == 5 ? kGoldenFourStreamsDelta
+         : kDeltaFormatVersion == 6 ? kGoldenEightStreamsDelta
+                                    : kGoldenPartsDelta;
+}
 // The parts deltas of `version`, with the value streams they hold.
 std::vector<std::pair<std::string, int>> PartsDeltas(uint32_t version) {
   if (version < 4) return {};
   if (version == 4) return {{kGoldenPartsDelta, 1}};
   if (version == 5) return {{kGoldenPartsDelta, 2}, {kGoldenFourStreamsDelta, 4}};
-  return {{kGoldenPartsDelta, 4}};
+  return {{kGoldenPartsDelta, 4}, {kGoldenEightStreamsDelta, 8}};
 }
 
 // Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
