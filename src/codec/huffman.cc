@@ -260,16 +260,16 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   // took twice as long: ~9 us per value section on a Zen 5, in every payload's critical path.
   // Each code of at most kFastBits bits below `stop`, shortest first (ReadTable's canonical
   // order; found by a scan of the fast table and a sort instead, they took ~1/4 of this build).
-  thread_local std::vector<LongCode> codes;
+  thread_local std::vector<CodeBits> codes;
   codes.clear();
-  for (const LongCode& c : short_codes_)
+  for (const CodeBits& c : short_codes_)
     if (c.symbol < stop) codes.push_back(c);
   multi_.resize(fast_.size());  // every entry is written: the empty sequence's fill covers all
   auto fill = [&](auto&& self, uint32_t prefix, int used, int count, uint64_t symbols) -> void {
     const uint64_t e = symbols | static_cast<uint64_t>(used) << 48 | static_cast<uint64_t>(count) << kCountShift;
     for (size_t w = prefix; w < multi_.size(); w += size_t{1} << used) multi_[w] = e;
     if (count == kMultiSymbols) return;
-    for (const LongCode& c : codes) {
+    for (const CodeBits& c : codes) {
       if (used + c.length > kFastBits) break;  // and every code after it
       self(self, prefix | c.bits << used, used + c.length, count + 1, symbols | uint64_t{c.symbol} << (16 * count));
     }
@@ -280,7 +280,7 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   // by the window's next bits. Empty entries (invalid codes, `stop` and above) stay 0.
   constexpr uint32_t kBlock = 1u << (kHuffmanMaxBits - kFastBits);
   long_.assign(1, 0);  // entry 0: PeekLongOrZero's, for entries that start no longer code
-  for (const LongCode& c : long_codes_) {
+  for (const CodeBits& c : long_codes_) {
     uint64_t& e = multi_[c.bits & ((1u << kFastBits) - 1)];
     if ((e >> kLongBit & 1) == 0) {
       e = uint64_t{1} << kLongBit | long_.size();

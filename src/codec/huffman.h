@@ -145,12 +145,12 @@ class HuffmanDecoder {
   // the prefix of a longer code, bit kLongBit and its block of long_ at bits 0..31.
   std::vector<uint64_t> multi_;
   static constexpr int kLongBit = 54, kCountShift = 56;
-  struct LongCode {  // a code, of any length
+  struct CodeBits {  // a code and its symbol
     uint32_t bits, symbol;  // bits: the code as read, first bit lowest
     int length;
   };
-  std::vector<LongCode> short_codes_;  // the codes of up to kFastBits bits, in canonical order
-  std::vector<LongCode> long_codes_;   // the codes longer than kFastBits bits, by symbol
+  std::vector<CodeBits> short_codes_;  // the codes of up to kFastBits bits, in canonical order
+  std::vector<CodeBits> long_codes_;   // the codes longer than kFastBits bits, by symbol
   std::vector<uint32_t> long_;        // blocks of PeekLong's entries
   // Per length l: the first canonical code (MSB-first), the number of codes, and where their
   // symbols start in `sorted_` (symbols ordered by length, then value).
