@@ -482,8 +482,8 @@ constexpr uint64_t kQuadStepSlots = kStepSlots<U> + 1;
 // waits on the one before it in its stream) overlap where two left the core idle between them.
 // A lane's state is its bit position (as an address times 8 plus the bit) and where its next
 // value goes; each step reloads its window from the position, and a code longer than the lookup
-// window at the step's end is taken from the long-code table without a branch (one per lane
-// and step; lookups after a longer code in the step repeat it without effect). Each step is
+// window at the step's end is taken from the long-code table in the loop (one per lane and step;
+// lookups after a longer code in the step repeat it without effect). Each step is
 // bounded beforehand for all lanes (input bytes and values left), not checked per lane. A lane
 // at an escape or an invalid code stalls: the step loop ends and that code is read one symbol
 // through DecodeSymbolsT. The rest, one lane after the other through DecodeSymbolsT.
