@@ -137,6 +137,21 @@ FittedBands FitContextBands(std::span<const ContextSegment> segs, std::span<cons
   return FitBandsToCounts(counts);
 }
 
+double BandFitEstimate(const FitCounts& counts, const ContextBands& bands) {
+  std::array<double, kMaxContextBands> p{}, c{};
+  std::array<bool, kMaxContextBands> present{};
+  for (int v = 0; v < kClassValues; ++v) {
+    const uint64_t pop = counts.population[static_cast<size_t>(v)], chg = counts.changes[static_cast<size_t>(v)];
+    if (std::max(pop, chg) == 0) continue;
+    const size_t b = static_cast<size_t>(bands.BandOf(static_cast<uint32_t>(v)));
+    p[b] += static_cast<double>(std::max(pop, chg)), c[b] += static_cast<double>(chg), present[b] = true;
+  }
+  double bits = 0;
+  for (size_t b = 0; b < kMaxContextBands; ++b)
+    if (present[b]) bits += BandBits(p[b], c[b]) + 8;  // as the fit's dynamic program adds them
+  return bits;
+}
+
 FittedBands FitBandsToCounts(const FitCounts& counts) {
   const std::array<uint64_t, kClassValues>& pop = counts.population;
   const std::array<uint64_t, kClassValues>& chg = counts.changes;

@@ -92,4 +92,10 @@ void CountFitClasses(std::span<const ContextSegment> segs, std::span<const std::
 // The fit of FitContextBands, given the counts of all the payload's segments.
 FittedBands FitBandsToCounts(const FitCounts& counts);
 
+// The estimate of the code size in bits that FitBandsToCounts minimises, for `bands` (each band's
+// binary entropy of "changed" over its classes' populations, its Rice parameter and table entry;
+// bands without present classes count nothing). Where at most 48 class values are present the fit
+// is exact: no contiguous banding of them into at most kMaxContextBands bands estimates less.
+double BandFitEstimate(const FitCounts& counts, const ContextBands& bands);
+
 }  // namespace dcr

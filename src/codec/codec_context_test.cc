@@ -3,13 +3,64 @@
 // bits. Round trips for every dtype, density and value kind; kWhenSmaller picks one of the two
 // forms and decodes identically; without a base the payload is kUnsupported; against a different
 // base it never crashes and never addresses elements outside its segments; hostile class tables
-// are kCorrupt.
+// are kCorrupt. The band fit minimises its own estimate over every contiguous banding.
+#include <algorithm>
+#include <bit>
+#include <random>
+#include <vector>
+
+#include "codec/band_fit.h"
 #include "codec/band_walk.h"
 #include "codec/context_test_support.h"
 #include "codec/simd_masks.h"
 
 namespace dcr {
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Band fit
+
+// The fitted bands estimate no more than any other contiguous banding of the present class values
+// into at most kMaxContextBands bands (all of them tried: up to 11 present values), and the
+// fitted bands' change counts add up to the changes.
+TEST(BandFit, NoContiguousBandingEstimatesLess) {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 300; ++trial) {
+    FitCounts counts;
+    const int m = 2 + static_cast<int>(rng() % 10);
+    std::vector<uint32_t> classes;
+    while (classes.size() < static_cast<size_t>(m)) {
+      const auto v = static_cast<uint32_t>(100 + rng() % 40);
+      if (std::find(classes.begin(), classes.end(), v) == classes.end()) classes.push_back(v);
+    }
+    std::sort(classes.begin(), classes.end());
+    uint64_t changes = 0;
+    for (uint32_t v : classes) {
+      const uint64_t pop = 1 + rng() % (uint64_t{1} << (4 + rng() % 16));
+      const uint64_t chg = rng() % 4 == 0 ? 0 : rng() % (pop + 1);  // some classes without changes
+      counts.population[v] = pop, counts.changes[v] = chg, changes += chg;
+      counts.elements += pop;
+    }
+    const FittedBands fit = FitBandsToCounts(counts);
+    ASSERT_GE(fit.bands.k, 1);
+    ASSERT_LE(fit.bands.k, static_cast<int>(kMaxContextBands));
+    uint64_t fitted = 0;
+    for (uint64_t c : fit.changes) fitted += c;
+    EXPECT_EQ(fitted, changes) << "trial " << trial;
+    const double got = BandFitEstimate(counts, fit.bands);
+    // Every cut set of the m - 1 gaps between present values with at most 7 cuts.
+    double best = 1e300;
+    for (uint32_t cuts = 0; cuts < (1u << (m - 1)); ++cuts) {
+      if (std::popcount(cuts) > static_cast<int>(kMaxContextBands) - 1) continue;
+      ContextBands b;
+      b.k = 1 + std::popcount(cuts);
+      for (int g = 0, i = 0; g < m - 1; ++g)
+        if (cuts >> g & 1) b.t[static_cast<size_t>(i++)] = static_cast<uint8_t>(classes[static_cast<size_t>(g + 1)]);
+      best = std::min(best, BandFitEstimate(counts, b));
+    }
+    EXPECT_LE(got, best * (1 + 1e-12)) << "trial " << trial << ": " << m << " classes, " << fit.bands.k << " bands";
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Round trips
