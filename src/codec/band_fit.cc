@@ -20,6 +20,9 @@ constexpr uint64_t kMinSamples = 1 << 15;
 // The fit works on at most this many groups of adjacent present class values.
 constexpr size_t kMaxFitUnits = 48;
 
+// Bits the fit charges per band for its threshold in the section's table.
+constexpr double kBandEntryBits = 8;
+
 // Estimated bits of coding c changes among p elements as one band: the binary entropy, plus the
 // band's table entry and Rice parameter.
 double BandBits(double p, double c) {
@@ -148,7 +151,7 @@ double BandFitEstimate(const FitCounts& counts, const ContextBands& bands) {
   }
   double bits = 0;
   for (size_t b = 0; b < kMaxContextBands; ++b)
-    if (present[b]) bits += BandBits(p[b], c[b]) + 8;  // as the fit's dynamic program adds them
+    if (present[b]) bits += BandBits(p[b], c[b]) + kBandEntryBits;
   return bits;
 }
 
@@ -198,7 +201,7 @@ FittedBands FitBandsToCounts(const FitCounts& counts) {
       double best = kInf;
       size_t arg = 0;
       for (size_t i = k - 1; i < j; ++i) {
-        const double v = before[i] + band[i * (m + 1) + j] + 8;
+        const double v = before[i] + band[i * (m + 1) + j] + kBandEntryBits;
         arg = v < best ? i : arg;
         best = v < best ? v : best;
       }

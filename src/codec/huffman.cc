@@ -279,7 +279,7 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   // empty: no shorter code starts it) a block of 2^(kHuffmanMaxBits - kFastBits) entries indexed
   // by the window's next bits. Empty entries (invalid codes, `stop` and above) stay 0.
   constexpr uint32_t kBlock = 1u << (kHuffmanMaxBits - kFastBits);
-  long_.assign(1, 0);  // entry 0: PeekLongOrZero's, for entries that start no longer code
+  long_.assign(1, 0);  // entry 0: what PeekLong reads for entries that start no longer code
   for (const CodeBits& c : long_codes_) {
     uint64_t& e = multi_[c.bits & ((1u << kFastBits) - 1)];
     if ((e >> kLongBit & 1) == 0) {

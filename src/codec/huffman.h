@@ -111,11 +111,12 @@ class HuffmanDecoder {
   static int MultiCount(uint64_t e) { return static_cast<int>(e >> kCountShift) & 3; }
   // For an entry with no symbols (MultiCount 0) and the same window (at least kHuffmanMaxBits
   // bits in it): the code there if it is longer than the table's window and below `stop`, as
-  // symbol | length << 16; 0 otherwise (an escape or an invalid code: decode it with Get).
+  // symbol | length << 16; 0 otherwise (an escape or an invalid code: decode it with Get). An
+  // entry that starts no longer code reads entry 0 of the long-code table, which is always 0.
   const uint32_t* long_table() const { return long_.data(); }
   static uint32_t PeekLong(const uint32_t* table, uint64_t e, uint64_t window) {
-    if ((e >> kLongBit & 1) == 0) return 0;
-    return table[(e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1))];
+    const uint64_t at = (e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1));
+    return table[(e >> kLongBit & 1) != 0 ? at : 0];
   }
   // Brings the lookup tables into this thread's cache with independent prefetches. They are
   // built per payload by one thread and read by two: on the other thread each first lookup of a
@@ -125,12 +126,6 @@ class HuffmanDecoder {
   void PrefetchTables() const {
     for (size_t i = 0; i < multi_.size(); i += 8) __builtin_prefetch(multi_.data() + i);
     for (size_t i = 0; i < long_.size(); i += 16) __builtin_prefetch(long_.data() + i);
-  }
-  // PeekLong without a branch: entry 0 of the long-code table is always 0, and an entry that is
-  // not a longer code's prefix reads it.
-  static uint32_t PeekLongOrZero(const uint32_t* table, uint64_t e, uint64_t window) {
-    const uint64_t at = (e & 0xffffffff) + ((window >> kFastBits) & ((1u << (kHuffmanMaxBits - kFastBits)) - 1));
-    return table[(e >> kLongBit & 1) != 0 ? at : 0];
   }
   static uint32_t LongSymbol(uint32_t t) { return t & 0xffff; }
   static int LongBits(uint32_t t) { return static_cast<int>(t >> 16); }

@@ -380,6 +380,14 @@ Status DecodeSymbolsT(const HuffmanDecoder& code, BitReader& bits, std::span<con
 // long-code table in the loop, an escape or invalid code one symbol through DecodeSymbolsT. The
 // 70 k values of the 4.8 % real pair on one thread (Zen 5): 88 us in
 // one stream through DecodeSymbols, 65 us in four streams two at a time.
+// The lane's next n values one symbol at a time (DecodeSymbolsT), its output pointer advanced
+// past them: where a lane leaves the interleaved loops (and every lane of 1-byte values).
+template <typename U>
+void DecodeLaneAlone(const HuffmanDecoder& code, SymbolLane* lane, uint64_t n) {
+  lane->status = DecodeSymbolsT<U>(code, *lane->bits, lane->escapes, lane->e, n, lane->dst);
+  lane->dst += n * sizeof(U);
+}
+
 // One lane of DecodeSymbolPairT's step loop, in as few registers as the loop can keep: the
 // input as a pointer and the last one a full refill may load from, the window, where values go
 // and the last place a step may start from. (With two BitReader::Windows, value counters and a
@@ -466,11 +474,8 @@ void DecodeSymbolPairT(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b,
     if (!a->status.ok() || !b->status.ok()) break;
   }
   // The rest (or, after one lane's error, the other lane's rest) one stream at a time.
-  for (auto [lane, i] : {std::pair{a, ia}, std::pair{b, ib}}) {
-    if (!lane->status.ok()) continue;
-    lane->status = DecodeSymbolsT<U>(code, *lane->bits, lane->escapes, lane->e, n - i, lane->dst);
-    lane->dst += (n - i) * sizeof(U);
-  }
+  for (auto [lane, i] : {std::pair{a, ia}, std::pair{b, ib}})
+    if (lane->status.ok()) DecodeLaneAlone<U>(code, lane, n - i);
 }
 
 // The slots one step of DecodeSymbolQuadT may write in a lane from its first value on: four
@@ -537,7 +542,7 @@ void DecodeSymbolQuadT(const HuffmanDecoder& code, SymbolLane* const* lanes, uin
 #pragma GCC unroll 4
       for (int l = 0; l < kLanes; ++l) {
         const uint64_t m = HuffmanDecoder::PeekMulti(multi, acc[l]);
-        const uint32_t t = HuffmanDecoder::PeekLongOrZero(longer, m, acc[l]);
+        const uint32_t t = HuffmanDecoder::PeekLong(longer, m, acc[l]);
         const bool none = HuffmanDecoder::MultiCount(m) == 0, take = none && t != 0;
         const U v = static_cast<U>(HuffmanDecoder::LongSymbol(t));
         std::memcpy(dst[l], &v, sizeof(U));  // a slot of the step's: kept only if taken
@@ -557,16 +562,13 @@ void DecodeSymbolQuadT(const HuffmanDecoder& code, SymbolLane* const* lanes, uin
     // Each lane whose next code the last step's lookups could not take: that code the general way.
     for (int l = 0; l < kLanes && !any_error; ++l) {
       if (!lane_stalled[l]) continue;
-      lanes[l]->status = DecodeSymbolsT<U>(code, *lanes[l]->bits, lanes[l]->escapes, lanes[l]->e, 1, lanes[l]->dst);
+      DecodeLaneAlone<U>(code, lanes[l], 1);
       any_error = !lanes[l]->status.ok();
-      lanes[l]->dst += sizeof(U), ++done[l];
+      ++done[l];
     }
   }
-  for (int l = 0; l < kLanes; ++l) {
-    if (!lanes[l]->status.ok()) continue;  // after one lane's error, the others' rests as before
-    lanes[l]->status = DecodeSymbolsT<U>(code, *lanes[l]->bits, lanes[l]->escapes, lanes[l]->e, n - done[l], lanes[l]->dst);
-    lanes[l]->dst += (n - done[l]) * sizeof(U);
-  }
+  for (int l = 0; l < kLanes; ++l)  // after one lane's error, the others' rests as before
+    if (lanes[l]->status.ok()) DecodeLaneAlone<U>(code, lanes[l], n - done[l]);
 }
 
 }  // namespace
@@ -574,10 +576,7 @@ void DecodeSymbolQuadT(const HuffmanDecoder& code, SymbolLane* const* lanes, uin
 void DecodeSymbolPairImpl(const HuffmanDecoder& code, SymbolLane* a, SymbolLane* b, uint64_t n, uint32_t width) {
   switch (width) {
     case 1:  // a one-byte lane checks every symbol: the lanes one after the other
-      for (SymbolLane* lane : {a, b}) {
-        lane->status = DecodeSymbolsT<uint8_t>(code, *lane->bits, lane->escapes, lane->e, n, lane->dst);
-        lane->dst += n;
-      }
+      for (SymbolLane* lane : {a, b}) DecodeLaneAlone<uint8_t>(code, lane, n);
       return;
     case 2: return DecodeSymbolPairT<uint16_t>(code, a, b, n);
     case 4: return DecodeSymbolPairT<uint32_t>(code, a, b, n);
@@ -588,10 +587,7 @@ void DecodeSymbolPairImpl(const HuffmanDecoder& code, SymbolLane* a, SymbolLane*
 void DecodeSymbolQuadImpl(const HuffmanDecoder& code, SymbolLane* const* lanes, uint64_t n, uint32_t width) {
   switch (width) {
     case 1:  // a one-byte lane checks every symbol: the lanes one after the other
-      for (int l = 0; l < 4; ++l) {
-        lanes[l]->status = DecodeSymbolsT<uint8_t>(code, *lanes[l]->bits, lanes[l]->escapes, lanes[l]->e, n, lanes[l]->dst);
-        lanes[l]->dst += n;
-      }
+      for (int l = 0; l < 4; ++l) DecodeLaneAlone<uint8_t>(code, lanes[l], n);
       return;
     case 2: return DecodeSymbolQuadT<uint16_t>(code, lanes, n);
     case 4: return DecodeSymbolQuadT<uint32_t>(code, lanes, n);
