@@ -131,6 +131,11 @@ Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, 
                                   std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,
                                   const WalkApply& apply, int threads = 1);
 
+// Parts whose last bands' ordinals the thread that does not walk the part decoded (two-thread
+// DecodeApplyBandedLocations, where the threads' parts hold unequal changes), since the process
+// started.
+uint64_t GetOrdinalTailsHandedOff();
+
 // Parts that a helper thread (not the calling thread) decoded, since the process started.
 uint64_t GetBandPartsDecodedByHelper();
 

@@ -94,6 +94,12 @@ Status PartDecoder::Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) co
   return Status::Ok();
 }
 
+bool PartDecoder::OrdinalBands(size_t p, size_t from, size_t to, uint64_t* out) const {
+  const size_t k = static_cast<size_t>(h_.bands.k);
+  return GetSplitRiceRuns(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
+                          std::span<const uint8_t>(h_.rice[p]).first(k), starts_[p + 1].at - starts_[p].at, from, to, out);
+}
+
 Status PartDecoder::Walk(size_t p, const PartOrdinals& ord, const WalkApply* apply,
             std::vector<uint64_t>* applied) const {
   const std::string part = PartName(p);

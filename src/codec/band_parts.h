@@ -48,6 +48,16 @@ class PartDecoder {
   // OrdinalRoom's; the caller's, not shared with another part) and sets (*ord)[b] to band b's.
   Status Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const;
 
+  // Part p's ordinals of bands [from, to) into `out` (room for those bands' changes, and
+  // kScratchSlackWords more: the walk's reads past a band's last), as Ordinals would decode them,
+  // for a decoder that splits one part's ordinals between two threads (split Rice streams
+  // only: SplitsOrdinals). True where Ordinals would not fail on those bands (GetSplitRiceRuns):
+  // if either call of a split at band m ([0, m), [m, k)) is false, Ordinals fails and says why.
+  bool SplitsOrdinals() const { return h_.form == BandedForm::kPartsSplitRice; }
+  bool OrdinalBands(size_t p, size_t from, size_t to, uint64_t* out) const;
+  uint64_t BandChanges(size_t p, size_t b) const { return h_.count[p][b]; }
+  size_t bands() const { return static_cast<size_t>(h_.bands.k); }
+
   // Walks part p with the ordinals Ordinals gave, checking that it fills exactly its share of
   // each segment's slots. With `apply`, the walk applies the changes it places (those within
   // apply's slot bounds, if it has any): *applied (if given) gets how many slots of each

@@ -161,6 +161,71 @@ TEST(DecodeApply, TwoThreadsApplyEveryChangeWhereverItsValueLies) {
   }
 }
 
+// Two threads whose parts hold unequal changes: the thread with fewer decodes the last bands'
+// ordinals of the other's first part (an ordinal hand-off). Changes that depend on the old
+// exponent (several bands), three times as dense in one half of the elements: the bytes are the
+// next step's with every walker order, and a bit flipped anywhere in the location section is
+// refused as one thread refuses it (a failing head or tail of the split ordinals gives one
+// thread's error) with nothing applied.
+TEST(DecodeApply, TwoThreadsHandOffTheHeavierPartsLastBands) {
+  constexpr uint64_t kN = 200000;
+  const uint64_t part_start = kN / 2 / kBandPartAlign * kBandPartAlign;
+  for (const int heavy : {0, 1}) {
+    World w;
+    std::mt19937_64 rng(31 + heavy);
+    auto by_exponent = [](uint64_t v) {
+      const uint64_t e = (v >> 7) & 0xff;
+      return e < 117 ? 0.3 : e < 120 ? 0.08 : e < 122 ? 0.02 : 0.003;
+    };
+    w.Add(1, DType::kBF16, kN, rng, 0, kN, by_exponent);
+    for (uint64_t i = heavy == 0 ? 0 : part_start; i < (heavy == 0 ? part_start : kN); ++i) {  // twice more there
+      const uint64_t old = LoadElem(w.base[1], i, 2);
+      if (LoadElem(w.next[1], i, 2) != old || rng() % 1000000 >= static_cast<uint64_t>(2e6 * by_exponent(old))) continue;
+      StoreElem(w.next[1], i, 2, old ^ (1 + rng() % 7));
+    }
+    EncodeOptions o = With(Context::kAlways);
+    o.band_part_elements = kN / 2;
+    const std::vector<uint8_t> p = w.Encode({{1, DType::kBF16, ValueKind::kXor, 0, kN}}, o);
+    ASSERT_EQ(ModeOf(p), CodecMode::kContextSplitRice);
+    const auto raw = LocationSection(p);
+    ASSERT_GE(raw[0], 3) << "bands";
+    ASSERT_EQ(raw[raw[0]], 2) << "two parts";
+    for (SecondPartWalker walker : {SecondPartWalker::kClaimed, SecondPartWalker::kHelperPath,
+                                    SecondPartWalker::kCallerWalksOn}) {
+      SetSecondPartWalkerForTests(walker);
+      const std::string what = "heavy " + std::to_string(heavy) + " walker " + std::to_string(int(walker));
+      const uint64_t handed_off = GetOrdinalTailsHandedOff();
+      Replica r(w);
+      DecodedPayload d;
+      const Status s = DecodeApplyPayload(p, &d, r.Lookup(), r.Tensors(), 2);
+      ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
+      EXPECT_EQ(r.tensors, w.next) << what;
+      // Whoever claims the tail first decodes it, so only kCallerWalksOn, where thread 0 runs
+      // wholly before thread 1, fixes who: with part 1 heavier, thread 0 decodes part 1's tail
+      // after its values (handed off); with part 0 heavier, its own (not handed off). Elsewhere
+      // either may, and the bytes are the same.
+      if (walker == SecondPartWalker::kCallerWalksOn) {
+        EXPECT_EQ(GetOrdinalTailsHandedOff(), handed_off + (heavy == 1 ? 1 : 0)) << what;
+      }
+      const Outcome out = ExpectLikeTwoSteps(w, p, 2, what);
+      EXPECT_TRUE(out.status.ok()) << what << ": " << out.status.ToString();
+    }
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+    std::mt19937_64 flips(heavy);
+    int refused = 0;
+    for (int i = 0; i < 300; ++i) {
+      auto q = raw;
+      const size_t at = rng() % q.size();
+      q[at] = static_cast<uint8_t>(q[at] ^ (1u << (flips() % 8)));
+      const auto walker = static_cast<SecondPartWalker>(i % 3);
+      SetSecondPartWalkerForTests(walker);
+      refused += !ExpectLikeTwoSteps(w, WithLocationSection(p, q), 2, "flip " + std::to_string(at)).status.ok();
+    }
+    SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
+    EXPECT_GT(refused, 150) << "heavy " << heavy;
+  }
+}
+
 // Whether `message` refuses a part's ordinals (its split Rice code, not its header fields or
 // its walk) in a part after the first: on one thread, every part before it has been walked and
 // applied by then.

@@ -30,15 +30,37 @@ HWY_INLINE uint64_t WordAt(const uint8_t* p, size_t size, size_t at) {
   return v;
 }
 
-// The bit indices (from the area's start) of the first n set bits of `area`, at out[0, n).
-// Returns how many it found (fewer than n if the area has fewer).
-uint64_t FindTerminatorsScalar(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
+// The bits of `area` from bit `from` on: the word at byte from / 8 with the bits before `from`
+// cleared.
+HWY_INLINE uint64_t FirstWordFrom(std::span<const uint8_t> area, uint64_t from) {
+  return WordAt(area.data(), area.size(), static_cast<size_t>(from >> 3)) & (~uint64_t{0} << (from & 7));
+}
+
+// The bit indices (from the area's start) of the first n set bits of `area` at or after bit
+// `from`, at out[0, n). Returns how many it found (fewer than n if the area has fewer).
+uint64_t FindTerminatorsScalar(std::span<const uint8_t> area, uint64_t from, uint64_t n, uint64_t* out) {
   uint64_t j = 0;
-  for (size_t at = 0; at < area.size() && j < n; at += 8) {
-    for (uint64_t w = WordAt(area.data(), area.size(), at); w != 0 && j < n; w &= w - 1)
-      out[j++] = 8 * uint64_t{at} + static_cast<uint64_t>(__builtin_ctzll(w));
+  for (size_t at = static_cast<size_t>(from >> 3); at < area.size() && j < n; at += 8) {
+    uint64_t w = at == (from >> 3) ? FirstWordFrom(area, from) : WordAt(area.data(), area.size(), at);
+    for (; w != 0 && j < n; w &= w - 1) out[j++] = 8 * uint64_t{at} + static_cast<uint64_t>(__builtin_ctzll(w));
   }
   return j;
+}
+
+// The bit index of set bit number j (from 0) of `area`; false if it has no more than j.
+bool FindSetBit(std::span<const uint8_t> area, uint64_t j, uint64_t* index) {
+  for (size_t at = 0; at < area.size(); at += 8) {
+    uint64_t w = WordAt(area.data(), area.size(), at);
+    const auto c = static_cast<uint64_t>(__builtin_popcountll(w));
+    if (j >= c) {
+      j -= c;
+      continue;
+    }
+    for (; j > 0; --j) w &= w - 1;
+    *index = 8 * uint64_t{at} + static_cast<uint64_t>(__builtin_ctzll(w));
+    return true;
+  }
+  return false;
 }
 
 // Ordinals of one run in place: out[j] holds its code j's terminator index on entry. `s`: the
@@ -58,7 +80,7 @@ constexpr bool kHaveSimd = true;
 // FindTerminatorsScalar, 8 bytes per step: one byte compress of the indices 0..63 under the
 // word, then 8 byte permutes that widen groups of 8 to 64-bit lanes and 8 masked stores (no
 // branch on the word's count; nothing written past out[n)).
-uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
+uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t from, uint64_t n, uint64_t* out) {
   static constexpr auto kWiden = [] {
     std::array<std::array<uint8_t, 64>, 8> x{};
     for (size_t g = 0; g < 8; ++g)
@@ -70,8 +92,8 @@ uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* ou
   for (size_t g = 0; g < 8; ++g) widen[g] = _mm512_loadu_si512(kWiden[g].data());
   constexpr __mmask64 kLowBytes = 0x0101010101010101ull;
   uint64_t j = 0;
-  for (size_t at = 0; at < area.size() && j < n; at += 8) {
-    const uint64_t m = WordAt(area.data(), area.size(), at);
+  for (size_t at = static_cast<size_t>(from >> 3); at < area.size() && j < n; at += 8) {
+    const uint64_t m = at == (from >> 3) ? FirstWordFrom(area, from) : WordAt(area.data(), area.size(), at);
     const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(__builtin_popcountll(m)), n - j);
     const uint64_t lanes = take == 64 ? ~uint64_t{0} : (uint64_t{1} << take) - 1;
     const __m512i idx = CompressBytes(m, iota);
@@ -142,52 +164,70 @@ void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, ui
 }
 #else
 constexpr bool kHaveSimd = false;
-uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t n, uint64_t* out) {
-  return FindTerminatorsScalar(area, n, out);
+uint64_t FindTerminators(std::span<const uint8_t> area, uint64_t from, uint64_t n, uint64_t* out) {
+  return FindTerminatorsScalar(area, from, n, out);
 }
 void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out) {
   CombineScalar(rem, size, rb, r, s, n, out);
 }
 #endif
 
-// GetSplitRiceOrdinals of split_rice.h, for this target.
+// GetSplitRiceOrdinals of split_rice.h for runs [from, to) of the code (all of them:
+// GetSplitRiceOrdinals; a prefix or a suffix: GetSplitRiceRuns), for this target. The checks of
+// the whole code's layout (counts, the remainders' size and padding) are made by every call;
+// a call without the first run first finds the terminator before its own (a popcount per word
+// up to it); only a call with the last run checks what follows the last terminator.
 SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
-                                        std::span<const uint8_t> rice, uint64_t limit, bool scalar, uint64_t* out,
-                                        size_t* consumed) {
+                                        std::span<const uint8_t> rice, uint64_t limit, bool scalar, size_t from,
+                                        size_t to, uint64_t* out, size_t* consumed) {
   using Kind = SplitRiceError::Kind;
   const bool simd = kHaveSimd && !scalar;
-  uint64_t total = 0, remainder_bits = 0;
+  uint64_t total = 0, remainder_bits = 0, before = 0, in_range = 0, rb = 0;
   for (size_t b = 0; b < counts.size(); ++b) {
     // Ordinals are distinct and below the limit, so a run has at most `limit` codes; this also
     // keeps every sum below from overflowing.
     if (counts[b] > limit) return {Kind::kOutOfRange, b};
+    if (b == from) before = total, rb = remainder_bits;
     total += counts[b];
     remainder_bits += counts[b] * rice[b];
     if ((remainder_bits + 7) / 8 > stream.size()) return {Kind::kRemaindersTruncated, b};
+    if (b >= from && b < to) in_range += counts[b];
   }
+  if (from == counts.size()) before = total, rb = remainder_bits;
+  const bool last_run = to == counts.size();
   if (total == 0) {
     if (consumed != nullptr) *consumed = 0;
-    return consumed != nullptr || stream.empty() ? SplitRiceError{} : SplitRiceError{Kind::kTrailingBytes, 0};
+    return consumed != nullptr || stream.empty() || !last_run ? SplitRiceError{} : SplitRiceError{Kind::kTrailingBytes, 0};
   }
   const size_t remainder_bytes = static_cast<size_t>((remainder_bits + 7) / 8);
   if (remainder_bits % 8 != 0 && (stream[remainder_bytes - 1] >> (remainder_bits % 8)) != 0)
     return {Kind::kPaddingNotZero, counts.size() - 1};
   const std::span<const uint8_t> unary = stream.subspan(remainder_bytes);
-  const uint64_t found = simd ? FindTerminators(unary, total, out) : FindTerminatorsScalar(unary, total, out);
-  if (found < total) {
-    size_t b = 0;  // the run of code number `found`, the first without its terminator
-    for (uint64_t before = counts[0]; before <= found; before += counts[b]) ++b;
+  // The terminator index after the runs before `from`, and the last terminator before the range.
+  uint64_t after_previous = 0;
+  if (before > 0) {
+    uint64_t previous = 0;
+    if (!FindSetBit(unary, before - 1, &previous)) return {Kind::kTerminatorsMissing, from};
+    after_previous = previous + 1;
+  }
+  const uint64_t found = simd ? FindTerminators(unary, after_previous, in_range, out)
+                              : FindTerminatorsScalar(unary, after_previous, in_range, out);
+  if (found < in_range) {
+    size_t b = from;  // the run of the range's code number `found`, the first without its terminator
+    for (uint64_t seen = counts[b]; seen <= found; seen += counts[b]) ++b;
     return {Kind::kTerminatorsMissing, b};
   }
-  // Nothing follows the last terminator in its byte, the code's last (the stream's, unless a
-  // prefix is asked for).
-  const uint64_t last = out[total - 1];
-  const size_t end = static_cast<size_t>(last / 8 + 1);
-  if ((consumed == nullptr && end != unary.size()) || (unary[end - 1] >> (last % 8 + 1)) != 0)
-    return {Kind::kTrailingBytes, counts.size() - 1};
-  if (consumed != nullptr) *consumed = remainder_bytes + end;
-  uint64_t first = 0, after_previous = 0, rb = 0;  // the run's first code, terminator index and remainder bit
-  for (size_t b = 0; b < counts.size(); ++b) {
+  if (last_run) {
+    // Nothing follows the last terminator in its byte, the code's last (the stream's, unless a
+    // prefix is asked for): the range's last, or without codes in the range the one before it.
+    const uint64_t last = in_range > 0 ? out[in_range - 1] : after_previous - 1;
+    const size_t end = static_cast<size_t>(last / 8 + 1);
+    if ((consumed == nullptr && end != unary.size()) || (unary[end - 1] >> (last % 8 + 1)) != 0)
+      return {Kind::kTrailingBytes, counts.size() - 1};
+    if (consumed != nullptr) *consumed = remainder_bytes + end;
+  }
+  uint64_t first = 0;  // the run's first code in `out`
+  for (size_t b = from; b < to; ++b) {
     const uint64_t n = counts[b];
     if (n == 0) continue;
     const int r = rice[b];
@@ -335,7 +375,16 @@ std::string SplitRiceError::Message() const {
 SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
                                     std::span<const uint8_t> rice, uint64_t limit, uint64_t* out, size_t* consumed) {
   return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
-                                                        g_force_scalar.load(std::memory_order_relaxed), out, consumed);
+                                                        g_force_scalar.load(std::memory_order_relaxed), 0,
+                                                        counts.size(), out, consumed);
+}
+
+bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
+                      uint64_t limit, size_t from, size_t to, uint64_t* out) {
+  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
+                                                        g_force_scalar.load(std::memory_order_relaxed), from, to, out,
+                                                        nullptr)
+      .ok();
 }
 
 }  // namespace dcr

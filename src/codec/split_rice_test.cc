@@ -162,6 +162,78 @@ TEST(SplitRice, TruncationsAndBitFlipsDecodeAlikeOnBothDecoders) {
   }
 }
 
+// GetSplitRiceRuns of [0, m) and [m, k), on one decoder: true for both exactly when
+// GetSplitRiceOrdinals succeeds, and then the two outputs are its ordinals. Guards around each
+// output: a call writes only its range's codes.
+bool RunsSplitAt(std::span<const uint8_t> stream, const Runs& r, uint64_t limit, size_t m, bool scalar,
+                 std::vector<uint64_t>* ordinals) {
+  ForceScalarSplitRice(scalar);
+  uint64_t head = 0, total = 0;
+  for (size_t b = 0; b < r.counts.size(); ++b) (b < m ? head : total) += r.counts[b];
+  total += head;
+  std::vector<uint64_t> out_head(head + 16, 0xcdcdcdcdcdcdcdcd), out_tail(total - head + 16, 0xcdcdcdcdcdcdcdcd);
+  const bool ok_head = GetSplitRiceRuns(stream, r.counts, r.rice, limit, 0, m, out_head.data() + 8);
+  const bool ok_tail = GetSplitRiceRuns(stream, r.counts, r.rice, limit, m, r.counts.size(), out_tail.data() + 8);
+  ForceScalarSplitRice(false);
+  for (const auto* out : {&out_head, &out_tail})
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ((*out)[i], 0xcdcdcdcdcdcdcdcd) << "written before the output";
+      EXPECT_EQ((*out)[out->size() - 1 - i], 0xcdcdcdcdcdcdcdcd) << "written past the output";
+    }
+  ordinals->assign(out_head.begin() + 8, out_head.end() - 8);
+  ordinals->insert(ordinals->end(), out_tail.begin() + 8, out_tail.end() - 8);
+  return ok_head && ok_tail;
+}
+
+// Every split of random codes (empty runs included) on both decoders: the ordinals of the whole.
+TEST(SplitRice, RunRangesDecodeTheirShareOfTheWhole) {
+  std::mt19937_64 rng(4);
+  for (int trial = 0; trial < 200; ++trial) {
+    const Runs r = RandomRuns(rng, 1 + rng() % 8, trial < 100 ? 30 : 2000, trial % 3 == 0 ? 30 : 8);
+    const std::vector<uint8_t> stream = r.Encode();
+    for (size_t m = 0; m <= r.counts.size(); ++m)
+      for (bool scalar : {false, true}) {
+        std::vector<uint64_t> got;
+        EXPECT_TRUE(RunsSplitAt(stream, r, r.limit, m, scalar, &got)) << "trial " << trial << " split " << m;
+        EXPECT_EQ(got, r.ordinals) << "trial " << trial << " split " << m;
+        if (!r.ordinals.empty()) {
+          EXPECT_FALSE(RunsSplitAt(stream, r, r.limit - 1, m, scalar, &got)) << "limit, trial " << trial;
+        }
+      }
+  }
+}
+
+// Every truncation and single-bit flip, at every split: the two ranges accept exactly the streams
+// GetSplitRiceOrdinals accepts (a split decoder must refuse what the whole one refuses).
+TEST(SplitRice, RunRangesRefuseWhatTheWholeRefuses) {
+  std::mt19937_64 rng(5);
+  int refused = 0;
+  for (int trial = 0; trial < 10; ++trial) {
+    const Runs r = RandomRuns(rng, 2 + trial % 7, 40, trial % 2 ? 30 : 5);
+    const std::vector<uint8_t> stream = r.Encode();
+    if (stream.empty()) continue;
+    auto check = [&](std::span<const uint8_t> q, const std::string& what) {
+      const Decoded whole = Decode(q, r, r.limit, false);
+      refused += !whole.error.ok();
+      for (size_t m = 0; m <= r.counts.size(); ++m) {
+        std::vector<uint64_t> got;
+        const bool ok = RunsSplitAt(q, r, r.limit, m, false, &got);
+        EXPECT_EQ(ok, whole.error.ok()) << what << ", trial " << trial << " split " << m;
+        if (ok && whole.error.ok()) {
+          EXPECT_EQ(got, whole.ordinals) << what << ", trial " << trial << " split " << m;
+        }
+      }
+    };
+    for (size_t len = 0; len < stream.size(); ++len) check(std::span(stream).first(len), "truncated");
+    for (size_t bit = 0; bit < 8 * stream.size(); ++bit) {
+      std::vector<uint8_t> q = stream;
+      q[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      check(q, "flip " + std::to_string(bit));
+    }
+  }
+  EXPECT_GT(refused, 100);
+}
+
 // Streams written from the format: remainders area, then quotients as zeros and a one.
 TEST(SplitRice, HandBuiltStreamsFollowTheFormat) {
   auto decode = [](std::vector<uint8_t> stream, std::vector<uint64_t> counts, std::vector<uint8_t> rice, uint64_t limit) {
