@@ -4,6 +4,7 @@
 // those of DecodePayload followed by ApplyPayload, and a payload refused anywhere, also after
 // some parts' walks have applied their tiles, leaves every tensor as it was.
 #include "codec/context_test_support.h"
+#include "codec/band_walk.h"
 #include "codec/second_part_walker.h"
 
 namespace dcr {
@@ -91,6 +92,24 @@ TEST(DecodeApply, BandedXorPayloadsApplyWhileDecoding) {
           ASSERT_TRUE(DecodeApplyPayload(c.p, &d, r.Lookup(), r.Tensors(), threads).ok());
           EXPECT_EQ(r.tensors, c.w.next) << what;
         }
+}
+
+// A payload of more than kPrefetchTilesMinBytes of old bits, where both walks prefetch each
+// next tile: the same bytes from one thread and two, decoded and applied to the next step's.
+TEST(DecodeApply, PayloadsThatPrefetchTilesDecodeAlike) {
+  const uint64_t n = kPrefetchTilesMinBytes / 2 + 3 * kMaskTileElements + 123;  // BF16, past a tile's end
+  const XorPayload c(n, kDefaultBandPartElements, true, 0.2);
+  ASSERT_GE(2 * n, kPrefetchTilesMinBytes);
+  ASSERT_EQ(ModeOf(c.p), CodecMode::kContextSplitRice);
+  for (int threads : {1, 2}) {
+    const Outcome out = ExpectLikeTwoSteps(c.w, c.p, threads, "threads " + std::to_string(threads));
+    ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+    EXPECT_TRUE(out.applied_while_decoding);
+    Replica r(c.w);
+    DecodedPayload d;
+    ASSERT_TRUE(DecodeApplyPayload(c.p, &d, r.Lookup(), r.Tensors(), threads).ok());
+    EXPECT_EQ(r.tensors, c.w.next) << "threads " << threads;
+  }
 }
 
 TEST(DecodeApply, OtherPayloadsDecodeThenApply) {
