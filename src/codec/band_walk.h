@@ -21,10 +21,12 @@ using BandWords = std::array<uint64_t, kMaxContextBands>;
 // tile's time on its changes, without further misses; from memory, the hardware prefetchers did
 // not run ahead into the next tile. In payloads of at least this many bytes of old bits (those of
 // models beyond the caches, which are cut into payloads of up to 32 MiB) each tile's walk
-// prefetches the next tile into L2. On the 221 MB generated step (31.6 MB payloads, two
-// threads, one binary alternating): context decode+apply 11.0-11.5 -> 13.0-13.6 GB/s, encode
-// 5.6-6.2 -> 6.1-6.2; the next tile's first 1-2 KiB alone gave nothing. Where the caches hold
-// the payload (the real 2.9 MB pairs in the bench's loop) the 128 prefetches a tile cost 4 %.
+// prefetches the next tile into L2 (the decoder in two halves, PrefetchNextTile). On the 221 MB
+// generated step (31.6 MB payloads, two threads, alternating with the build before):
+// context decode+apply 11.2-11.5 -> 13.1-13.7 GB/s, encode 5.6-5.8 -> 6.0-6.1; the next tile's
+// first 1-2 KiB alone gave nothing, nor did prefetching two or three tiles ahead. Where the
+// caches hold the payload (the real 2.9 MB pairs in the bench's loop) the 128 prefetches a tile
+// cost 4 %.
 inline constexpr uint64_t kPrefetchTilesMinBytes = uint64_t{8} << 20;
 
 // A run of consecutive tiles for EncodeBandWalk: from element `from_elem` (a tile start) of
