@@ -28,9 +28,11 @@ namespace HWY_NAMESPACE {
 // walks call it once a tile is classified, so that the next tile's bytes arrive while this
 // one's changes are placed (kPrefetchTilesMinBytes). The decoder asks for the second half later
 // in the tile: with all 128 lines asked for at once, decode+apply of the 221 MB generated step
-// took 1.03-1.06x as long (medians of 20, alternating; thirds were no better than halves). The
-// encoder's tile has no such midpoint: its second half asked for after the tile's changes took
-// 1.03-1.04x as long.
+// took 1.03-1.06x as long (medians of 20, alternating; thirds were no better than halves, and
+// the second half alone, at either point, worse than both: the classification kernel's own
+// prefetches into L1, 4 KiB ahead, reach only the next tile's first half). The encoder's tile
+// has no such midpoint: its second half asked for after the tile's changes, or after the first
+// half of its changes, was no faster.
 HWY_INLINE void PrefetchNextTile(const ContextSegment& seg, uint32_t width, uint64_t tile, uint64_t n, int half = 0,
                                  int halves = 1) {
   const uint64_t next = tile + kMaskTileElements;
@@ -38,8 +40,8 @@ HWY_INLINE void PrefetchNextTile(const ContextSegment& seg, uint32_t width, uint
   const uint8_t* from = seg.base.data() + next * width;
   const uint64_t bytes = std::min<uint64_t>(kMaskTileElements, n - next) * width;
   const uint64_t per = kMaskTileElements * width / static_cast<uint64_t>(halves);  // a multiple of 64
-  for (uint64_t at = per * static_cast<uint64_t>(half); at < std::min(bytes, per * static_cast<uint64_t>(half + 1)); at += 64)
-    __builtin_prefetch(from + at, 0, 2);
+  const uint64_t first = per * static_cast<uint64_t>(half), last = std::min(bytes, first + per);
+  for (uint64_t at = first; at < last; at += 64) __builtin_prefetch(from + at, 0, 2);
 }
 
 // Whether the walks over `segs` prefetch tiles (kPrefetchTilesMinBytes).
