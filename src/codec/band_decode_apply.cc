@@ -109,11 +109,9 @@ void PlanOrdinalHandOff(const PartDecoder& decoder, size_t half, uint64_t total,
     if (tail > 0 && (best == 0 || miss(tail) < miss(best_tail))) best = b, best_tail = tail;
   }
   if (best == 0) return;
-  uint64_t head = 0;
-  for (size_t b = 0; b < best; ++b) head += decoder.BandChanges(q, b);
   plan->part = q;
   plan->from_band = best;
-  plan->head = head;
+  plan->head = decoder.FirstChange(q + 1) - decoder.FirstChange(q) - best_tail;
   plan->tail = best_tail;
 }
 

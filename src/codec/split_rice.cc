@@ -187,13 +187,14 @@ SplitRiceError GetSplitRiceOrdinalsImpl(std::span<const uint8_t> stream, std::sp
     // Ordinals are distinct and below the limit, so a run has at most `limit` codes; this also
     // keeps every sum below from overflowing.
     if (counts[b] > limit) return {Kind::kOutOfRange, b};
-    if (b == from) before = total, rb = remainder_bits;
     total += counts[b];
     remainder_bits += counts[b] * rice[b];
     if ((remainder_bits + 7) / 8 > stream.size()) return {Kind::kRemaindersTruncated, b};
-    if (b >= from && b < to) in_range += counts[b];
+    if (b < from)
+      before += counts[b], rb += counts[b] * rice[b];
+    else if (b < to)
+      in_range += counts[b];
   }
-  if (from == counts.size()) before = total, rb = remainder_bits;
   const bool last_run = to == counts.size();
   if (total == 0) {
     if (consumed != nullptr) *consumed = 0;
