@@ -275,7 +275,7 @@ TEST(SplitRice, HandBuiltStreamsFollowTheFormat) {
 // areas ending near the stream's end (the decoder must not read past it: run under ASan too).
 TEST(SplitRice, LongRunsAtTheEndOfTheirBuffer) {
   std::mt19937_64 rng(3);
-  for (int rice : {0, 1, 7, 8, 15, 16, 29, 30}) {
+  for (int rice : {0, 1, 4, 7, 8, 9, 10, 15, 16, 29, 30}) {
     Runs r;
     std::vector<uint64_t> g(4099);
     uint64_t next = 0;
@@ -296,6 +296,43 @@ TEST(SplitRice, LongRunsAtTheEndOfTheirBuffer) {
     ASSERT_TRUE(d.error.ok()) << "rice " << rice << ": " << d.error.Message();
     EXPECT_EQ(d.ordinals, r.ordinals) << "rice " << rice;
   }
+}
+
+// The decoder's 32-code steps (r <= 9) and the 8-code steps after them: runs of lengths around
+// multiples of 32, r on both sides of the bound, remainders all at their largest (a step's sum
+// of them is largest) or random, after a run of 5 one-bit remainders or none (the run's fields
+// then start at every bit offset in a byte).
+TEST(SplitRice, ThirtyTwoCodeStepsAtEveryLengthAndParameter) {
+  std::mt19937_64 rng(11);
+  for (int rice = 0; rice <= 11; ++rice)
+    for (uint64_t n : {31, 32, 33, 39, 40, 63, 64, 65, 95, 96, 97, 200, 1000})
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool largest = variant % 2 != 0, lead = variant >= 2;
+        Runs r;
+        uint64_t next = 0;
+        for (int run = lead ? 0 : 1; run < 2; ++run) {
+          const int run_rice = run == 0 ? 1 : rice;
+          std::vector<uint64_t> g(run == 0 ? 5 : n);
+          for (uint64_t& x : g) {
+            const uint64_t low = (uint64_t{1} << run_rice) - 1;
+            x = (rng() % 4 == 0 ? (rng() % 5) << run_rice : 0) + (largest ? low : rng() & low);
+            r.ordinals.push_back(next + x);
+            next += x + 1;
+          }
+          next = 0;  // ordinals count from each run's start
+          r.gaps.push_back(g);
+          r.rice.push_back(static_cast<uint8_t>(run_rice));
+          r.counts.push_back(g.size());
+        }
+        uint64_t limit = 0;
+        for (uint64_t o : r.ordinals) limit = std::max(limit, o + 1);
+        r.limit = limit;
+        const std::string what =
+            "rice " + std::to_string(rice) + " n " + std::to_string(n) + " variant " + std::to_string(variant);
+        const Decoded d = DecodeAlike(r.Encode(), r, r.limit, what);
+        ASSERT_TRUE(d.error.ok()) << what << ": " << d.error.Message();
+        EXPECT_EQ(d.ordinals, r.ordinals) << what;
+      }
 }
 
 }  // namespace
