@@ -1,6 +1,6 @@
 // Split Rice streams (split_rice.h), compiled once per Highway target (foreach_target.h): the
-// decoder's 32- and 8-code steps on AVX-512 VBMI2 targets and the encoder's on AVX-512 targets, scalar
-// loops elsewhere; the HWY_ONCE part has the dispatch.
+// decoder's 32- and 8-code steps on AVX-512 VBMI2 targets and the encoder's on AVX-512 targets,
+// scalar loops elsewhere; the HWY_ONCE part has the dispatch.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "codec/split_rice.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -117,9 +117,9 @@ constexpr int kCombine32MaxRice = 9;
 // remainders are prefix-summed in 16-bit lanes: within each 64-bit lane by one multiply (each
 // 16-bit lane gets the sum of the lanes at and below it), then across the 64-bit lanes by three
 // shifts and adds of their totals; the ordinals are formed eight at a time as in Combine. Its
-// 8-code steps spent ~20 vector operations on 8 codes, half of them the prefix sum in 64-bit
-// lanes: on the real 4.8 % pair (r of 3-6) one-thread decode+apply took 0.975 of the time with
-// these steps (alternating in one process; the ordinals' share of the samples 3.9 -> 2.9 %).
+// 8-code steps spend ~20 vector operations on 8 codes, half of them the prefix sum in 64-bit
+// lanes: with these steps the real 4.8 % pair's decode+apply (r of 3-6) took 0.975 of the time
+// on one thread and 0.975-0.98 on two (alternating with the 8-code steps alone in one process).
 uint64_t Combine32(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out,
                    uint64_t* carried) {
   const __m512i iota16 = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
@@ -149,23 +149,23 @@ uint64_t Combine32(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t
     through = _mm512_add_epi64(through, _mm512_alignr_epi64(through, zero, 6));
     through = _mm512_add_epi64(through, _mm512_alignr_epi64(through, zero, 4));  // lanes 0..q's totals
     p = _mm512_add_epi16(p, _mm512_mullo_epi64(_mm512_sub_epi64(through, total), spread));
-    const __m512i base = _mm512_add_epi64(c, carry);
-    for (int g = 0; g < 4; ++g) {
-      const __m512i sums = _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(p, g));  // codes 8g..8g+7, from the step's
+    for (int g = 0; g < 4; ++g) {  // codes 8g..8g+7 of the step
+      const __m512i sums = _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(p, g));  // from the step's first
       uint64_t* o = out + j + 8 * g;
       const __m512i ordinal = _mm512_add_epi64(_mm512_add_epi64(_mm512_sll_epi64(_mm512_loadu_si512(o), rc), sums),
-                                               _mm512_add_epi64(base, _mm512_set1_epi64(static_cast<int64_t>(g) * 8 * (1 - (int64_t{1} << r)))));
+                                               _mm512_add_epi64(c, carry));
       _mm512_storeu_si512(o, ordinal);
+      c = _mm512_add_epi64(c, c_step);
     }
-    c = _mm512_add_epi64(c, _mm512_slli_epi64(c_step, 2));
     carry = _mm512_add_epi64(carry, _mm512_permutexvar_epi64(_mm512_set1_epi64(7), through));
   }
   *carried = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_castsi512_si128(carry)));
   return j;
 }
 
-// CombineScalar, 8 codes per step (after Combine32's steps where r allows them): each lane's remainder gathered from the step's bytes by a
-// byte permute and a shift, an in-register prefix sum, the step's sum carried to the next. Code
+// CombineScalar, 8 codes per step (after Combine32's steps where r allows them): each lane's
+// remainder gathered from the step's bytes by a byte permute and a shift, an in-register prefix
+// sum, the step's sum carried to the next. Code
 // j's ordinal is j + (remainders through j) + ((t_j - s - j) << r) for its terminator index t_j,
 // formed as (t_j << r) + (remainders through j) + c_j with c_j = j - ((s + j) << r) kept as a
 // vector that grows by 8 (1 - 2^r) a step (all mod 2^64, as the scalar loop's terms are). Whole
