@@ -149,8 +149,11 @@ uint64_t Combine32(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t
     through = _mm512_add_epi64(through, _mm512_alignr_epi64(through, zero, 6));
     through = _mm512_add_epi64(through, _mm512_alignr_epi64(through, zero, 4));  // lanes 0..q's totals
     p = _mm512_add_epi16(p, _mm512_mullo_epi64(_mm512_sub_epi64(through, total), spread));
+    // Each group of eight codes' sums from the step's first (extract indices are immediates).
+    const __m128i groups[4] = {_mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1),
+                               _mm512_extracti32x4_epi32(p, 2), _mm512_extracti32x4_epi32(p, 3)};
     for (int g = 0; g < 4; ++g) {  // codes 8g..8g+7 of the step
-      const __m512i sums = _mm512_cvtepu16_epi64(_mm512_extracti32x4_epi32(p, g));  // from the step's first
+      const __m512i sums = _mm512_cvtepu16_epi64(groups[g]);
       uint64_t* o = out + j + 8 * g;
       const __m512i ordinal = _mm512_add_epi64(_mm512_add_epi64(_mm512_sll_epi64(_mm512_loadu_si512(o), rc), sums),
                                                _mm512_add_epi64(c, carry));
