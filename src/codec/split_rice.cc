@@ -116,10 +116,11 @@ constexpr int kCombine32MaxRice = 9;
 // bytes lie in the area), 32 codes per step, their remainders' sum at *carried. A step's
 // remainders are prefix-summed in 16-bit lanes: within each 64-bit lane by one multiply (each
 // 16-bit lane gets the sum of the lanes at and below it), then across the 64-bit lanes by three
-// shifts and adds of their totals; the ordinals are formed eight at a time as in Combine. Its
-// 8-code steps spend ~20 vector operations on 8 codes, half of them the prefix sum in 64-bit
-// lanes: with these steps the real 4.8 % pair's decode+apply (r of 3-6) took 0.975 of the time
-// on one thread and 0.975-0.98 on two (alternating with the 8-code steps alone in one process).
+// shifts and adds of their totals; the ordinals are formed eight at a time as in Combine.
+// Combine's 8-code steps spend ~20 vector operations on 8 codes, half of them the prefix sum in
+// 64-bit lanes: with these steps the real 4.8 % pair's decode+apply (r of 3-6) took 0.975 of
+// the time on one thread and 0.975-0.98 on two (alternating with the 8-code steps alone in one
+// process).
 uint64_t Combine32(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out,
                    uint64_t* carried) {
   const __m512i iota16 = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
@@ -168,13 +169,13 @@ uint64_t Combine32(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t
 
 // CombineScalar, 8 codes per step (after Combine32's steps where r allows them): each lane's
 // remainder gathered from the step's bytes by a byte permute and a shift, an in-register prefix
-// sum, the step's sum carried to the next. Code
-// j's ordinal is j + (remainders through j) + ((t_j - s - j) << r) for its terminator index t_j,
-// formed as (t_j << r) + (remainders through j) + c_j with c_j = j - ((s + j) << r) kept as a
-// vector that grows by 8 (1 - 2^r) a step (all mod 2^64, as the scalar loop's terms are). Whole
-// steps whose 64 remainder bytes lie in the area load and store without masks; the last step
-// masks both. (With a mask on every step and the index, quotient and bit offsets rebuilt from j,
-// a step was ~52 instructions and the real 4.8 % pair's ordinals decoded at ~0.83 ns a code.)
+// sum, the step's sum carried to the next. Code j's ordinal is j + (remainders through j) +
+// ((t_j - s - j) << r) for its terminator index t_j, formed as (t_j << r) + (remainders through
+// j) + c_j with c_j = j - ((s + j) << r) kept as a vector that grows by 8 (1 - 2^r) a step (all
+// mod 2^64, as the scalar loop's terms are). Whole steps whose 64 remainder bytes lie in the
+// area load and store without masks; the last step masks both. (With a mask on every step and
+// the index, quotient and bit offsets rebuilt from j, a step was ~52 instructions and the real
+// 4.8 % pair's ordinals decoded at ~0.83 ns a code.)
 void Combine(const uint8_t* rem, size_t size, uint64_t rb, int r, uint64_t s, uint64_t n, uint64_t* out) {
   uint64_t j = 0, carried = 0;  // codes [0, j) done, their remainders' sum
   if (r <= kCombine32MaxRice) j = Combine32(rem, size, rb, r, s, n, out, &carried);

@@ -52,10 +52,11 @@ SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<c
 
 // The ordinals of runs [from, to) of the code GetSplitRiceOrdinals decodes (without `consumed`),
 // at out[0, their counts' sum), as it would give them: so two threads may decode one code's
-// runs [0, m) and [m, counts.size()) at once (any m from 0 to counts.size()). True iff nothing that GetSplitRiceOrdinals checks fails in the range's codes, the code's
-// layout (its counts, the remainders' size and padding), the terminators before the range (a
-// popcount per word up to them), and, for a range with the last run, what follows the last
-// terminator: the two calls of a split are both true exactly when GetSplitRiceOrdinals succeeds.
+// runs [0, m) and [m, counts.size()) at once (any m from 0 to counts.size()). True iff nothing
+// that GetSplitRiceOrdinals checks fails in the range's codes, the code's layout (its counts,
+// the remainders' size and padding), the terminators before the range (a popcount per word up
+// to them), and, for a range with the last run, what follows the last terminator: the two calls
+// of a split are both true exactly when GetSplitRiceOrdinals succeeds.
 // On false, GetSplitRiceOrdinals of the whole code tells why.
 bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
                       uint64_t limit, size_t from, size_t to, uint64_t* out);
