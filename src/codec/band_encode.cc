@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -84,14 +85,16 @@ void WriteBandedCode(const ContextBands& bands, std::span<const CodedPart> parts
 // One encode of banded locations, by the calling thread and possibly a helper. The calling
 // thread fits the bands (to the counts made beforehand, as the producer makes them while it
 // diffs, or to its own); then each thread takes parts in order until none is left, and the
-// calling thread writes the code. Whoever codes a part, its bytes are the same.
+// thread that codes the last part writes the code and runs `then`. Whoever codes a part, its
+// bytes are the same.
 class BandedEncode {
  public:
   // `helper`: a second thread runs Help (else Main does everything). `counted`: the fit's
-  // counts, if made beforehand.
+  // counts, if made beforehand. The code goes to `out`, then `then` (if not empty) runs.
   BandedEncode(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
-               uint64_t part_elements, bool helper, const FitCounts* counted, bool split_rice)
-      : segs_(segs), positions_(positions), counted_before_(counted), split_rice_(split_rice) {
+               uint64_t part_elements, bool helper, const FitCounts* counted, bool split_rice,
+               std::vector<uint8_t>* out, const std::function<void()>& then)
+      : segs_(segs), positions_(positions), counted_before_(counted), split_rice_(split_rice), out_(out), then_(then) {
     const uint64_t total = TotalElements(segs);
     for (const std::span<const uint32_t>& p : positions) total_changes_ += p.size();
     parts_ = ChooseBandParts(total, part_elements);
@@ -121,9 +124,9 @@ class BandedEncode {
   }
 
   // The calling thread's share: the counts (unless made beforehand), the fit, parts while any is
-  // left, the steps of `also` (if given) still unclaimed; then, all parts coded, the code,
-  // appended to `out`.
-  void Main(std::vector<uint8_t>* out, ClaimableTask* also) {
+  // left, the steps of `also` (if given) still unclaimed; returns once the code is written and
+  // `then` has run (by whichever thread coded the last part).
+  void Main(ClaimableTask* also) {
     FitCounts counts;
     if (counted_before_ != nullptr)
       counts = *counted_before_;
@@ -141,8 +144,7 @@ class BandedEncode {
     // was left to the helper alone whenever it finished its part first, and this thread then
     // waited for it: ~150 us of a 650 us encode of the 4.8 % pair.)
     if (also != nullptr) (void)also->RunIfUnclaimed();
-    YieldUntil([&] { return coded_parts_.load(std::memory_order_acquire) == parts_; });
-    WriteBandedCode(fit_.bands, std::span<const CodedPart>(coded_, parts_), out);
+    YieldUntil([&] { return written_.load(std::memory_order_acquire); });
   }
 
  private:
@@ -153,10 +155,18 @@ class BandedEncode {
     for (std::optional<uint32_t> p; (p = part_claims_->Take(from_back));) CodeOne(*p);
   }
   // Gaps go to this thread's scratch buffer (room for every change, band b's from offset_[b]).
+  // The thread that codes the last part writes the code and runs `then` right away, before it
+  // takes `also`: the other thread, done first, is coding value streams meanwhile. (When the
+  // calling thread wrote the code after both had finished `also`, the real 4.8 % pair's
+  // two-thread context encode spent its last ~10 us on one thread: the code, the location
+  // section's zstd probe (~5 us), the value section and the checksum.)
   void CodeOne(size_t p) {
     CodePart(segs_, positions_, fit_.bands, offset_, starts_[p], starts_[p + 1], split_rice_,
              ScratchWords(total_changes_).data(), &coded_[p]);
-    coded_parts_.fetch_add(1, std::memory_order_release);
+    if (coded_parts_.fetch_add(1, std::memory_order_acq_rel) + 1 < parts_) return;
+    WriteBandedCode(fit_.bands, std::span<const CodedPart>(coded_, parts_), out_);
+    if (then_) then_();
+    written_.store(true, std::memory_order_release);
   }
 
   std::span<const ContextSegment> segs_;
@@ -171,6 +181,9 @@ class BandedEncode {
   std::atomic<bool> fitted_{false};
   std::optional<TwoEndedClaims> part_claims_;
   std::atomic<size_t> coded_parts_{0};
+  std::vector<uint8_t>* out_;
+  const std::function<void()>& then_;
+  std::atomic<bool> written_{false};  // the code is in out_ and then_ has returned
   FittedBands fit_;
   BandWords offset_{};
 };
@@ -183,16 +196,17 @@ bool EncodeUsesHelper(std::span<const ContextSegment> segs, int threads) {
 
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements, int threads, ClaimableTask* early,
-                           ClaimableTask* also, const FitCounts* counted, bool split_rice) {
+                           ClaimableTask* also, const FitCounts* counted, bool split_rice,
+                           const std::function<void()>& coded) {
   const bool helper = EncodeUsesHelper(segs, threads);
-  BandedEncode encode(segs, positions, part_elements, helper, counted, split_rice);
+  BandedEncode encode(segs, positions, part_elements, helper, counted, split_rice, out, coded);
   if (helper) {
     auto side = [&] {
       encode.Help(early, also);
       return Status::Ok();
     };
     auto main = [&] {
-      encode.Main(out, also);
+      encode.Main(also);
       return Status::Ok();
     };
     if (GetSecondPartWalkerForTests() == SecondPartWalker::kHelperPath)
@@ -202,7 +216,7 @@ void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const
     return;
   }
   auto encode_whole = [&] {
-    encode.Main(out, nullptr);
+    encode.Main(nullptr);
     return Status::Ok();
   };
   if (threads < 2 || (early == nullptr && also == nullptr)) {

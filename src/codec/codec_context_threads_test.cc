@@ -3,6 +3,9 @@
 // the band fit's counts (the producer's, made as two threads diff), the parts, and the value
 // section's counts and symbols. Whichever thread does which part, the changes, errors and bytes
 // are those of one thread.
+#include <functional>
+#include <thread>
+
 #include "codec/band_context.h"
 #include "codec/context_test_support.h"
 #include "codec/value_coding.h"
@@ -190,6 +193,48 @@ TEST(ConcurrentEncode, FitCountedAheadGivesTheBytesOfTheFitCountedAtFinish) { Ex
 
 TEST(ConcurrentEncode, FitCountedInRangesOfLargeSegmentsGivesTheBytesOfTheFitCountedAtFinish) {
   ExpectRangedFitCountsGiveFinishBytes(2);
+}
+
+// EncodeBandedLocations' `coded`: run once per encode, with the whole code (one thread's bytes)
+// already in `out`, and before the encode returns; on the calling thread when it codes every part,
+// else on whichever thread finished the last part.
+TEST(ConcurrentEncode, CodedRunsOnceWithTheWholeCodeWritten) {
+  std::mt19937_64 rng(80);
+  World w;
+  w.Add(1, DType::kBF16, 200000, rng, 0, 200000, [](uint64_t) { return 0.03; });
+  w.Add(2, DType::kBF16, 150000, rng, 0, 150000, [](uint64_t) { return 0.01; });
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 200000},
+                                          {2, DType::kBF16, ValueKind::kXor, 0, 150000}};
+  DecodedPayload d;
+  ASSERT_TRUE(DecodePayload(w.Encode(specs, With(Context::kNever)), &d).ok());
+  std::vector<ContextSegment> segs;
+  std::vector<std::span<const uint32_t>> positions;
+  for (const DecodedSegment& seg : d.segments) {
+    segs.push_back({seg.spec.dtype, w.Seg(w.base.at(seg.spec.tensor_index), seg.spec)});
+    positions.push_back(seg.changes.positions);
+  }
+  ASSERT_TRUE(EncodeUsesHelper(segs, 2));
+  constexpr uint64_t kPartElements = 100000;  // 3 parts
+  std::vector<uint8_t> one;
+  EncodeBandedLocations(segs, positions, &one, kPartElements);
+  for (SecondPartWalker walker : {SecondPartWalker::kHelperPath, SecondPartWalker::kCallerWalksOn, SecondPartWalker::kClaimed}) {
+    SetSecondPartWalkerForTests(walker);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<uint8_t> two, seen;
+      int runs = 0;
+      std::thread::id ran_on;
+      const std::function<void()> coded = [&] { ++runs, seen = two, ran_on = std::this_thread::get_id(); };
+      EncodeBandedLocations(segs, positions, &two, kPartElements, 2, nullptr, nullptr, nullptr, true, coded);
+      const std::string what = "walker " + std::to_string(static_cast<int>(walker)) + " rep " + std::to_string(rep);
+      ASSERT_EQ(runs, 1) << what;
+      EXPECT_EQ(seen, one) << what;
+      EXPECT_EQ(two, one) << what;
+      if (walker == SecondPartWalker::kCallerWalksOn) {
+        EXPECT_EQ(ran_on, std::this_thread::get_id()) << what;
+      }
+    }
+  }
+  SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
 }
 
 // A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice

@@ -155,9 +155,12 @@ void PayloadBuilder::AddTableEntry(const SegmentSpec& spec, uint64_t changed) {
   last_ = spec;
 }
 
-// Fills loc_raw_ with the payload's location code and returns its mode: context mode when allowed
-// and smaller (both location codes are near-incompressible, so their raw sizes decide).
-CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also) {
+// Context mode when allowed and smaller (both location codes are near-incompressible, so their
+// raw sizes decide). The choice is made, and `located` run, by the thread that finishes the
+// banded code (EncodeBandedLocations' `coded`), while the other may code value streams.
+CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also,
+                                             const std::function<void()>& located) {
+  CodecMode mode = CodecMode::kPlain;
   if (options_.context != EncodeOptions::Context::kNever) {
     std::vector<std::span<const uint32_t>> per_segment;
     size_t from = 0;
@@ -174,29 +177,35 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, 
       DCR_CHECK(fit_counts_.elements == TotalElements(context_segments_));  // each segment counted once
       counted = &fit_counts_;
     }
-    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, early, also,
-                          counted, options_.split_rice);
-    // The decoder bounds every location section by the plain-mode limit (ParsePayload); a context
-    // code could exceed it, so even kAlways keeps plain mode then.
-    uint64_t loc_bound = 0;
-    for (const ContextSegment& seg : context_segments_)
-      loc_bound += MaxLocationBytes(seg.elements(), options_.block_log2);
-    // The plain code's exact size only when the cheap lower bound does not already decide.
-    auto smaller_than_plain = [&] {
-      if (context_raw_.size() < plain_at_least_) return true;
-      uint64_t plain_bytes = 0;
-      for (size_t i = 0; i < context_segments_.size(); ++i)
-        plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].elements(), options_.block_log2);
-      return context_raw_.size() < plain_bytes;
+    auto choose = [&] {
+      // The decoder bounds every location section by the plain-mode limit (ParsePayload); a
+      // context code could exceed it, so even kAlways keeps plain mode then.
+      uint64_t loc_bound = 0;
+      for (const ContextSegment& seg : context_segments_)
+        loc_bound += MaxLocationBytes(seg.elements(), options_.block_log2);
+      // The plain code's exact size only when the cheap lower bound does not already decide.
+      auto smaller_than_plain = [&] {
+        if (context_raw_.size() < plain_at_least_) return true;
+        uint64_t plain_bytes = 0;
+        for (size_t i = 0; i < context_segments_.size(); ++i)
+          plain_bytes += LocationCodeBytes(per_segment[i], context_segments_[i].elements(), options_.block_log2);
+        return context_raw_.size() < plain_bytes;
+      };
+      if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
+        loc_raw_.swap(context_raw_);
+        mode = options_.split_rice ? CodecMode::kContextSplitRice : CodecMode::kContextParts;
+      } else {
+        for (size_t i = 0; i < context_segments_.size(); ++i)
+          EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
+      }
+      if (located) located();
     };
-    if (context_raw_.size() <= loc_bound && (options_.context == EncodeOptions::Context::kAlways || smaller_than_plain())) {
-      loc_raw_.swap(context_raw_);
-      return options_.split_rice ? CodecMode::kContextSplitRice : CodecMode::kContextParts;
-    }
-    for (size_t i = 0; i < context_segments_.size(); ++i)
-      EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
+    EncodeBandedLocations(context_segments_, per_segment, &context_raw_, options_.band_part_elements, threads, early, also,
+                          counted, options_.split_rice, choose);
+    return mode;
   }
-  return CodecMode::kPlain;
+  if (located) located();
+  return mode;
 }
 
 void PayloadBuilder::Reset() {
@@ -265,19 +274,23 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   ClaimableTask values_rest([&] { return values->Work(0), Status::Ok(); });
   ClaimableTask values_rest_again([&] { return values->Work(0), Status::Ok(); });
   values_rest.Then(&values_rest_again);
-  mode = ChooseLocationCode(threads, share_values ? &values_early : nullptr, share_values ? &values_rest : nullptr);
-  // Room for the whole payload at once (the value section is at most about its raw bytes, as
-  // planes, plus its tables): growing by doubling copied it and touched up to twice the pages,
-  // and fresh pages are what a payload's output costs most on a machine with slow page faults.
-  out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + value_bytes_ + kValueSectionSlackBytes +
-               kPayloadTrailerBytes);
+  // The location section, stored (compressed if that is smaller) once its code is final: `out`
+  // is this function's alone until then (the value coders write to their own buffers).
   auto store_locations = [&] {
+    // Room for the whole payload at once (the value section is at most about its raw bytes, as
+    // planes, plus its tables): growing by doubling copied it and touched up to twice the pages,
+    // and fresh pages are what a payload's output costs most on a machine with slow page faults.
+    out->reserve(out->size() + ZSTD_compressBound(loc_raw_.size()) + value_bytes_ + kValueSectionSlackBytes +
+                 kPayloadTrailerBytes);
     loc_at = out->size();
     loc_codec = CompressSection(loc_raw_, options_.zstd_level, out);
     val_at = out->size();
   };
+  // Shared values: the section is stored by the thread that finishes the location code, while
+  // the other codes value streams (ChooseLocationCode).
+  mode = ChooseLocationCode(threads, share_values ? &values_early : nullptr, share_values ? &values_rest : nullptr,
+                            share_values ? store_locations : std::function<void()>());
   if (share_values) {
-    store_locations();
     (void)values_rest.RunIfUnclaimed();  // every stage no thread has claimed: Write waits for them all
     val_codec = values->Write(out);
   } else {

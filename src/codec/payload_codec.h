@@ -162,9 +162,11 @@ class PayloadBuilder {
   void Reset();
 
  private:
-  // With threads >= 2, EncodeBandedLocations's helper may run `early` and `also` (the value
-  // section's steps).
-  CodecMode ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also);
+  // Fills loc_raw_ with the location code and returns its mode. With threads >= 2,
+  // EncodeBandedLocations's helper may run `early` and `also` (the value section's steps).
+  // `located`, if given, runs once loc_raw_ is final, on the thread that finished it.
+  CodecMode ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also,
+                               const std::function<void()>& located);
   // A segment's entry in the table (in order after the last one), counted as added.
   void AddTableEntry(const SegmentSpec& spec, uint64_t changed);
   EncodeOptions options_;
