@@ -82,8 +82,8 @@ enum class BandedForm : uint8_t { kOnePart, kParts, kPartsSplitRice };
 // thread claims it first. `early` and `also` may still be unclaimed on return; the caller runs
 // them then (RunIfUnclaimed). Below kSplitWalkMinElements a helper only runs `early` and
 // `also`. `coded`, if given, runs once, right after the code is appended to `out`, on the thread
-// that coded the last part (which then takes `also`, while the other thread may already be in
-// it), and has returned when this returns. (band_encode.cc)
+// whose part was the last to be finished (which then takes `also`, while the other thread may
+// already be in it), and has returned when this returns. (band_encode.cc)
 void EncodeBandedLocations(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                            std::vector<uint8_t>* out, uint64_t part_elements = kDefaultBandPartElements, int threads = 1,
                            ClaimableTask* early = nullptr, ClaimableTask* also = nullptr,
