@@ -6,6 +6,7 @@
 // headers, lengths, escapes and cuts are kCorrupt with the same error however the shares were run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -261,6 +262,48 @@ TEST(ValueStreams, StreamPairsDecodeLongCodesEscapesAndWidthChanges) {
       for (size_t k = 0; k < v.runs.size(); ++k)
         EXPECT_EQ(back[k], v.bytes[k]) << streams << " streams, order " << how << ", run " << k;
     }
+}
+
+// Runs whose outputs lie back to back in one buffer (as a payload decode lays them out) are
+// decoded across their boundaries, four streams at a time while widths agree: the values of
+// separate buffers, in every order of the shares, with the streams' cuts inside runs, runs of
+// one and of 13 values, and widths that change (1, 4 and 8 bytes between 2-byte runs).
+TEST(ValueStreams, RunsBackToBackDecodeAsIntoSeparateBuffers) {
+  const Values v = MakeValues(
+      {{2, 5000}, {2, 1}, {2, 3001}, {4, 700}, {2, 9000}, {2, 13}, {1, 300}, {2, 2000}, {8, 50}, {2, 12345}}, 12);
+  std::vector<uint8_t> stored;
+  ASSERT_EQ(EncodeValues(v.runs, 3, &stored, 1, 1000), ValueCodec::kHuffmanStreams);
+  ASSERT_EQ(StreamCount(stored), 8);
+  uint64_t bytes = 0;
+  for (const ValueRun& r : v.runs) bytes += r.count * r.width;
+  for (int how : kEveryOrder) {
+    std::vector<std::vector<uint8_t>> apart;
+    const Status s = DecodeByShares(ValueCodec::kHuffmanStreams, stored, v, how, &apart);
+    ASSERT_TRUE(s.ok()) << "order " << how << ": " << s.ToString();
+    std::vector<uint8_t> all(bytes);
+    std::vector<ValueRun> runs;
+    std::vector<std::span<uint8_t>> outs;
+    for (uint64_t at = 0; const ValueRun& r : v.runs) {
+      runs.push_back({r.width, r.count, {}});
+      outs.push_back(std::span<uint8_t>(all).subspan(at, r.count * r.width));
+      at += r.count * r.width;
+    }
+    ValueSectionDecoder d(ValueCodec::kHuffmanStreams, stored, runs, outs);
+    if (how == 0) d.DecodeShare(0), d.DecodeShare(1);
+    if (how == 1) d.DecodeShare(1), d.DecodeShare(0);
+    if (how == 2) {
+      std::thread t([&] { d.DecodeShare(1); });
+      d.DecodeShare(0);
+      t.join();
+    }
+    if (how == 3) d.DecodeAll();
+    ASSERT_TRUE(d.Result().ok()) << "order " << how << ": " << d.Result().ToString();
+    for (size_t k = 0; k < v.runs.size(); ++k) {
+      EXPECT_EQ(apart[k], v.bytes[k]) << "order " << how << ", run " << k;
+      EXPECT_TRUE(std::equal(outs[k].begin(), outs[k].end(), v.bytes[k].begin(), v.bytes[k].end()))
+          << "order " << how << ", run " << k << " back to back";
+    }
+  }
 }
 
 TEST(ValueStreams, SectionsWrittenFromTheFormatDecodeShareByShareInAnyOrder) {

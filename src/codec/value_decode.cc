@@ -77,7 +77,14 @@ Status ValueSectionDecoder::Prepare() {
 
 namespace {
 
-// Walks the values [from, to) of a stream (payload order) over the runs they fall in.
+// Walks the values [from, to) of a stream (payload order) over the runs they fall in. Runs of
+// one width whose outputs lie back to back (as a payload decode lays them out) form one
+// stretch: available() counts to the stretch's end, so that the interleaved loops run on
+// across segments. (Cut at every run any of their streams reached, the real 4.8 % pair's value
+// section restarted them 146 times and decoded 3,463 of its 69,672 values one by one, the end
+// of each lane's share of a run. With stretches, alternating in one process: its context
+// decode+apply in 0.98 of the time on one thread and on two, plain decode+apply in 0.95 on one
+// and 0.99 on two; the real 1.4 and 5.1 % pairs' context decodes 0.98.)
 class StreamCursor {
  public:
   StreamCursor(std::span<const ValueRun> runs, std::span<const std::span<uint8_t>> outs, uint64_t from, uint64_t to)
@@ -85,9 +92,9 @@ class StreamCursor {
     Settle();
   }
   bool done() const { return at_ >= to_; }
-  // The values left in the current run (done() false: at least one), their width, and where the
-  // next goes.
-  uint64_t available() const { return std::min(to_, first_ + runs_[k_].count) - at_; }
+  // The values left in the current stretch (done() false: at least one), their width, and
+  // where the next goes.
+  uint64_t available() const { return std::min(to_, stretch_end_) - at_; }
   uint32_t width() const { return runs_[k_].width; }
   uint8_t* dst() const { return outs_[k_].data() + (at_ - first_) * runs_[k_].width; }
   void Advance(uint64_t n) {
@@ -96,14 +103,22 @@ class StreamCursor {
   }
 
  private:
-  // Moves past the runs that end at or before at_.
+  // Moves past the runs that end at or before at_; past the stretch's end, finds the next
+  // stretch's (each run is looked at once per cursor).
   void Settle() {
     while (!done() && at_ >= first_ + runs_[k_].count) first_ += runs_[k_++].count;
+    if (done() || at_ < stretch_end_) return;
+    stretch_end_ = first_ + runs_[k_].count;
+    for (size_t j = k_; j + 1 < runs_.size() && stretch_end_ < to_ && runs_[j + 1].width == runs_[j].width &&
+                        outs_[j + 1].data() == outs_[j].data() + outs_[j].size();
+         ++j)
+      stretch_end_ += runs_[j + 1].count;
   }
   std::span<const ValueRun> runs_;
   std::span<const std::span<uint8_t>> outs_;
   size_t k_ = 0;
-  uint64_t first_ = 0;  // the payload-order index of run k_'s first value
+  uint64_t first_ = 0;        // the payload-order index of run k_'s first value
+  uint64_t stretch_end_ = 0;  // the payload-order index where run k_'s stretch ends
   uint64_t at_, to_;
 };
 
