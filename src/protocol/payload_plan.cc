@@ -115,7 +115,10 @@ struct StolenPiece {
 // first. Each thread so diffs its own half, its largest segments first, and they meet among the
 // smallest segments, where the faster one takes some of the other's: taken in plan order, they
 // met wherever the plan put them, and on the real pairs the helper waited ~18 us for the calling
-// thread's last segment (a 147 Ki-element tensor, ~34 us of diff) after its own.
+// thread's last segment (a 147 Ki-element tensor, ~34 us of diff) after its own. Alternating
+// with plan order in one process (1500 two-thread encodes each): the real 4.5-5.1 % pairs'
+// context encodes in 0.986-0.989 of the time and plain ones in 0.966-0.970; the 0.4 and 1.4 %
+// pairs' in 0.98-0.986 and 0.977-0.997.
 void ClaimOrder(const std::vector<PlannedSegment>& segments, const std::vector<TensorRef>& base,
                 std::vector<uint32_t>* order) {
   order->resize(segments.size());
