@@ -69,9 +69,17 @@ HWY_INLINE V64 KeyedIndex(uint64_t key, V64 index) {
 // Inline: a call that passes vectors returns with the upper register state dirty (GCC emits no
 // vzeroupper there), and the caller then returned without one too, which slowed every later
 // legacy-SSE instruction in the process (simd_state_test).
+// The sums are taken from the stored lanes in uint64_t: Highway's SumOfLanes ends, on AVX-512 with
+// GCC, in _mm512_reduce_add_epi64, whose last step adds two signed long longs, and the hashes'
+// sums overflow there (undefined behaviour that UBSan reports; these sums wrap by definition).
 HWY_INLINE Digest128 Sums(V64 lo, V64 hi) {
   const D64 d;
-  return {hn::GetLane(hn::SumOfLanes(d, lo)), hn::GetLane(hn::SumOfLanes(d, hi))};
+  HWY_ALIGN uint64_t l[hn::MaxLanes(d)], h[hn::MaxLanes(d)];
+  hn::Store(lo, d, l);
+  hn::Store(hi, d, h);
+  Digest128 sum{0, 0};
+  for (size_t i = 0; i < hn::Lanes(d); ++i) sum.lo += l[i], sum.hi += h[i];
+  return sum;
 }
 
 template <typename U>
