@@ -70,10 +70,7 @@ Status DecodeInto(ValueCodec codec, std::span<const uint8_t> stored, const Value
 // The shares run as asked: 0 then 1, 1 then 0, on two threads at once, or both as one
 // (DecodeAll: the streams four at a time across the shares). Returns Result().
 constexpr int kEveryOrder[] = {0, 1, 2, 3};
-Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, int how,
-                      std::vector<std::vector<uint8_t>>* out) {
-  const DecodeTargets targets(v, out);
-  ValueSectionDecoder d(codec, stored, targets.runs, targets.outs);
+Status RunShares(ValueSectionDecoder& d, int how) {
   if (how == 0) d.DecodeShare(0), d.DecodeShare(1);
   if (how == 1) d.DecodeShare(1), d.DecodeShare(0);
   if (how == 2) {
@@ -83,6 +80,14 @@ Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const V
   }
   if (how == 3) d.DecodeAll();
   return d.Result();
+}
+
+// RunShares into separate buffers, one per run (*out).
+Status DecodeByShares(ValueCodec codec, std::span<const uint8_t> stored, const Values& v, int how,
+                      std::vector<std::vector<uint8_t>>* out) {
+  const DecodeTargets targets(v, out);
+  ValueSectionDecoder d(codec, stored, targets.runs, targets.outs);
+  return RunShares(d, how);
 }
 
 HuffmanSection SectionOf(const Values& v) {
@@ -289,15 +294,8 @@ TEST(ValueStreams, RunsBackToBackDecodeAsIntoSeparateBuffers) {
       at += r.count * r.width;
     }
     ValueSectionDecoder d(ValueCodec::kHuffmanStreams, stored, runs, outs);
-    if (how == 0) d.DecodeShare(0), d.DecodeShare(1);
-    if (how == 1) d.DecodeShare(1), d.DecodeShare(0);
-    if (how == 2) {
-      std::thread t([&] { d.DecodeShare(1); });
-      d.DecodeShare(0);
-      t.join();
-    }
-    if (how == 3) d.DecodeAll();
-    ASSERT_TRUE(d.Result().ok()) << "order " << how << ": " << d.Result().ToString();
+    const Status together = RunShares(d, how);
+    ASSERT_TRUE(together.ok()) << "order " << how << ": " << together.ToString();
     for (size_t k = 0; k < v.runs.size(); ++k) {
       EXPECT_EQ(apart[k], v.bytes[k]) << "order " << how << ", run " << k;
       EXPECT_TRUE(std::equal(outs[k].begin(), outs[k].end(), v.bytes[k].begin(), v.bytes[k].end()))
