@@ -1,6 +1,8 @@
 #include "codec/huffman.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 
 #include "base/reused_buffer.h"
 
@@ -104,6 +106,16 @@ uint32_t ReverseBits(uint32_t code, int len) {
   return v >> (16 - len);
 }
 
+// The low `len` (1..10) bits of `code` (< 2^len) in reverse order, by a table: the decoder's
+// table set-up reverses a code per used symbol, in every payload's critical path.
+constexpr auto kReverse10 = [] {
+  std::array<uint16_t, 1024> t{};
+  for (uint32_t v = 0; v < 1024; ++v)
+    for (int b = 0; b < 10; ++b) t[v] = static_cast<uint16_t>(t[v] | ((v >> b & 1) << (9 - b)));
+  return t;
+}();
+inline uint32_t ReverseShortBits(uint32_t code, int len) { return kReverse10[code] >> (10 - len); }
+
 // The canonical code of the used symbols, from their lengths (len[i], 1..15, of the i-th used
 // symbol, symbols ascending): per code length, how many codes have it and the first canonical code of
 // that length (MSB-first; shorter codes first, then by symbol). O(used symbols), as is all of
@@ -112,12 +124,24 @@ struct CodeRanges {
   uint32_t count[kHuffmanMaxBits + 1] = {};
   uint32_t first[kHuffmanMaxBits + 1] = {};
   bool fits = true;  // false if the lengths over-subscribe the code space
+  // The counts per length in each quarter of the symbols (quarter q: [q * per, (q + 1) * per)
+  // and less for the last ones).
+  size_t per = 0;
+  uint32_t quarter[4][kHuffmanMaxBits + 1] = {};
 };
 
 CodeRanges CanonicalRanges(std::span<const uint8_t> len) {
   CodeRanges r;
-  uint32_t counted[4][kHuffmanMaxBits + 1] = {};  // four histograms (OrderByWeight's reason)
-  for (size_t i = 0; i < len.size(); ++i) ++counted[i % 4][len[i]];
+  // Four histograms, one per quarter, counted interleaved: runs of equal lengths made one
+  // histogram's increments a chain through memory (OrderByWeight's reason).
+  const size_t n = len.size(), per = (n + 3) / 4;
+  r.per = per;
+  auto& counted = r.quarter;
+  size_t i = 0;
+  for (; 3 * per + i < n; ++i)
+    ++counted[0][len[i]], ++counted[1][len[per + i]], ++counted[2][len[2 * per + i]], ++counted[3][len[3 * per + i]];
+  for (; i < per; ++i)
+    for (size_t q = 0; q < 3 && q * per + i < n; ++q) ++counted[q][len[q * per + i]];
   for (int l = 0; l <= kHuffmanMaxBits; ++l) r.count[l] = counted[0][l] + counted[1][l] + counted[2][l] + counted[3][l];
   uint32_t code = 0;
   int64_t kraft = 1 << kHuffmanMaxBits;
@@ -203,93 +227,181 @@ uint64_t HuffmanEncoder::CostBits(std::span<const uint64_t> freq) const {
 Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   uint64_t m = 0;
   if (!r.ReadVarint(&m) || m == 0 || m > alphabet) return Corrupt("Huffman table: bad symbol count");
-  // The used symbols, strictly ascending by the table's construction, and their lengths.
-  std::vector<uint32_t> sym(m);
-  std::vector<uint8_t> len(m);
+  // The used symbols, strictly ascending by the table's construction, and their lengths, in this
+  // thread's reused room. Entries of one byte (gap < 8) are read without the general varint read.
+  thread_local ReusedBuffer<uint32_t> sym_room;
+  thread_local ReusedBuffer<uint8_t> len_room;
+  uint32_t* const sym = sym_room.Take(m).data();
+  uint8_t* const len = len_room.Take(m).data();
+  const std::span<const uint8_t> in = r.Rest();
+  size_t at = 0;
   uint64_t s = 0;
   for (uint64_t i = 0; i < m; ++i) {
     uint64_t entry = 0;
-    if (!r.ReadVarint(&entry)) return Corrupt("Huffman table: truncated");
+    if (at < in.size() && in[at] < 0x80) {
+      entry = in[at++];
+    } else {
+      ByteReader rest(in.subspan(at));
+      if (!rest.ReadVarint(&entry)) return Corrupt("Huffman table: truncated");
+      at += rest.pos();
+    }
     const uint64_t gap = entry >> 4;
-    const uint8_t l = static_cast<uint8_t>(entry & 15);
+    const auto l = static_cast<uint8_t>(entry & 15);
     s = i == 0 ? gap : s + gap + 1;
     if (gap >= alphabet || s >= alphabet) return Corrupt("Huffman table: symbol out of range");
     if (l == 0 || l > kHuffmanMaxBits) return Corrupt("Huffman table: code length " + std::to_string(l));
     sym[i] = static_cast<uint32_t>(s);
     len[i] = l;
   }
-  const CodeRanges ranges = CanonicalRanges(len);
+  r.Skip(at);
+  const CodeRanges ranges = CanonicalRanges(std::span<const uint8_t>(len, m));
   if (!ranges.fits) return Corrupt("Huffman table: over-subscribed code");
-  // Canonical order is by length, then symbol: each code's place in it (`sorted_`) and its bits
-  // come from one count per length (CanonicalCodes' count, and the place's, in one loop: each is
-  // a chain through memory where consecutive symbols share a length).
   std::copy(std::begin(ranges.count), std::end(ranges.count), count_);
   std::copy(std::begin(ranges.first), std::end(ranges.first), first_);
-  uint32_t at = 0;
-  for (int l = 1; l <= kHuffmanMaxBits; ++l) offset_[l] = at, at += count_[l];
-  sorted_.assign(at, 0);
-  const uint32_t short_codes = offset_[kFastBits] + count_[kFastBits];  // those of up to kFastBits bits come first
-  short_codes_.resize(short_codes);
-  long_codes_.clear();
-  uint32_t next[kHuffmanMaxBits + 1];
-  std::copy(std::begin(first_), std::end(first_), next);
-  fast_.assign(1u << kFastBits, 0);
-  for (size_t i = 0; i < m; ++i) {
-    const uint32_t canonical = next[len[i]]++, place = offset_[len[i]] + canonical - first_[len[i]];
-    const uint32_t code = ReverseBits(canonical, len[i]);
-    sorted_[place] = sym[i];
-    if (len[i] > kFastBits) {
-      long_codes_.push_back({code, sym[i], len[i]});
-      continue;
-    }
-    short_codes_[place] = {code, sym[i], len[i]};
-    const uint32_t step = 1u << len[i];
-    for (uint32_t w = code; w < fast_.size(); w += step) fast_[w] = sym[i] << 4 | len[i];
+  uint32_t place = 0;
+  for (int l = 1; l <= kHuffmanMaxBits; ++l) offset_[l] = place, place += count_[l];
+  used_ = place;
+  // Longer codes follow the shorter ones in canonical order from a kFastBits-bit boundary on,
+  // so their prefixes are consecutive: as many as their code space needs (rounded up).
+  uint32_t long_space = 0;  // in units of the longest code
+  for (int l = kFastBits + 1; l <= kHuffmanMaxBits; ++l) long_space += count_[l] << (kHuffmanMaxBits - l);
+  long_size_ = 1 + size_t{kLongBlock} * ((long_space + kLongBlock - 1) / kLongBlock);
+  arena_.resize(kFastSize + kFastSize / 2 + (long_size_ + used_ + 1) / 2);
+  multi_ = arena_.data();
+  fast_ = reinterpret_cast<uint32_t*>(multi_ + kFastSize);
+  long_ = fast_ + kFastSize;
+  sorted_ = long_ + long_size_;
+  // Canonical order is by length, then symbol: each symbol's place is the next of its length,
+  // counted in each quarter of the symbols from where its length's places of the quarter start
+  // (four chains through memory, interleaved, where consecutive symbols share a length).
+  uint32_t next[4][kHuffmanMaxBits + 1];
+  for (int l = 0; l <= kHuffmanMaxBits; ++l)
+    for (size_t q = 0; q < 4; ++q) next[q][l] = q == 0 ? offset_[l] : next[q - 1][l] + ranges.quarter[q - 1][l];
+  const size_t per = ranges.per;
+  size_t i = 0;
+  for (; 3 * per + i < m; ++i) {
+    sorted_[next[0][len[i]]++] = sym[i];
+    sorted_[next[1][len[per + i]]++] = sym[per + i];
+    sorted_[next[2][len[2 * per + i]]++] = sym[2 * per + i];
+    sorted_[next[3][len[3 * per + i]]++] = sym[3 * per + i];
   }
+  for (; i < per; ++i)
+    for (size_t q = 0; q < 3 && q * per + i < m; ++q) sorted_[next[q][len[q * per + i]]++] = sym[q * per + i];
+  // The fast table from the codes of up to kFastBits bits (in canonical order, the first ones);
+  // entries that start a longer code or none stay 0.
+  std::memset(fast_, 0, kFastSize * sizeof(uint32_t));
+  for (int l = 1; l <= kFastBits; ++l)
+    for (uint32_t p = offset_[l]; p < offset_[l] + count_[l]; ++p) {
+      const uint32_t e = sorted_[p] << 4 | static_cast<uint32_t>(l);
+      for (uint32_t w = ReverseShortBits(first_[l] + p - offset_[l], l); w < kFastSize; w += 1u << l) fast_[w] = e;
+    }
   return Status::Ok();
 }
 
 void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   static_assert(kFastBits <= 15 && kHuffmanMaxSymbols <= (1u << 12));
   // Entry w holds the codes read from w's low bits on while each is in the fast table, fits in
-  // the kFastBits bits with the ones before it, and is below `stop`, up to kMultiSymbols. Built
-  // code sequence by code sequence: a sequence's entries are those whose low bits are its codes
-  // (every 2^used-th entry from its prefix on), and its extensions by one more code overwrite
-  // some of them. Each length of sequence writes at most 2^kFastBits entries (Kraft), in
-  // strided runs. Decoding each entry code by code (a chain of dependent lookups per entry)
-  // took twice as long: ~9 us per value section on a Zen 5, in every payload's critical path.
-  // Each code of at most kFastBits bits below `stop`, shortest first (ReadTable's canonical
-  // order; found by a scan of the fast table and a sort instead, they took ~1/4 of this build).
-  thread_local std::vector<CodeBits> codes;
-  codes.clear();
-  for (const CodeBits& c : short_codes_)
-    if (c.symbol < stop) codes.push_back(c);
-  multi_.resize(fast_.size());  // every entry is written: the empty sequence's fill covers all
-  auto fill = [&](auto&& self, uint32_t prefix, int used, int count, uint64_t symbols) -> void {
-    const uint64_t e = symbols | static_cast<uint64_t>(used) << 48 | static_cast<uint64_t>(count) << kCountShift;
-    for (size_t w = prefix; w < multi_.size(); w += size_t{1} << used) multi_[w] = e;
-    if (count == kMultiSymbols) return;
-    for (const CodeBits& c : codes) {
-      if (used + c.length > kFastBits) break;  // and every code after it
-      self(self, prefix | c.bits << used, used + c.length, count + 1, symbols | uint64_t{c.symbol} << (16 * count));
-    }
+  // the kFastBits bits with the ones before it, and is below `stop`, up to kMultiSymbols: that
+  // sequence of codes, whose entries are those whose low bits are its codes (every 2^used-th
+  // entry from its prefix on), except, for fewer than kMultiSymbols codes, those where one more
+  // code fits and extends it. Each entry is written once, by its sequence: where a sequence
+  // leaves r bits, the entries it keeps are those whose next r bits start with no code that
+  // fits (`open` below). (Writing every sequence's entries and letting its extensions overwrite
+  // them stored each entry ~2.6 times, in strided runs whose varying trip counts mispredicted;
+  // decoding each entry code by code, a chain of dependent lookups per entry, took twice as
+  // long still.)
+  struct Sequence {
+    uint32_t prefix;  // its codes as read, first bit lowest
+    uint64_t symbols;
   };
-  fill(fill, 0, 0, 0, 0);
-  // Codes longer than kFastBits, below `stop`: per kFastBits-bit prefix (whose multi entry is
-  // empty: no shorter code starts it) a block of 2^(kHuffmanMaxBits - kFastBits) entries indexed
-  // by the window's next bits. Empty entries (invalid codes, `stop` and above) stay 0.
-  constexpr uint32_t kBlock = 1u << (kHuffmanMaxBits - kFastBits);
-  long_.assign(1, 0);  // entry 0: what PeekLong reads for entries that start no longer code
-  for (const CodeBits& c : long_codes_) {
-    uint64_t& e = multi_[c.bits & ((1u << kFastBits) - 1)];
-    if ((e >> kLongBit & 1) == 0) {
-      e = uint64_t{1} << kLongBit | long_.size();
-      long_.resize(long_.size() + kBlock, 0);
+  // Sequences of c + 1 codes using u bits: seq[c][from[c][u], from[c][u + 1]). At most
+  // 2^kFastBits per count of codes (each owns an entry).
+  thread_local std::array<std::array<Sequence, kFastSize>, kMultiSymbols> seq;
+  std::array<std::array<uint32_t, kFastBits + 2>, kMultiSymbols> from = {};
+  // One code: those of at most kFastBits bits below `stop`, in canonical order (by length).
+  uint32_t n = 0;
+  for (int l = 1; l <= kFastBits; ++l) {
+    from[0][static_cast<size_t>(l)] = n;
+    for (uint32_t p = offset_[l]; p < offset_[l] + count_[l]; ++p)
+      if (sorted_[p] < stop) seq[0][n++] = {ReverseShortBits(first_[l] + p - offset_[l], l), sorted_[p]};
+  }
+  from[0][kFastBits + 1] = n;
+  const Sequence* const codes = seq[0].data();
+  const auto& codes_from = from[0];
+  // open[open_from[r], open_from[r + 1]): the r-bit strings (first bit lowest) that start with
+  // no code of at most r bits below `stop`. Those of r bits extend those of r - 1 by a bit, less
+  // the codes of exactly r bits (the fast table names the code each string starts with).
+  std::array<uint16_t, 2 * kFastSize> open;
+  std::array<uint32_t, kFastBits + 2> open_from{};
+  open[0] = 0;
+  open_from[1] = 1;
+  for (uint32_t r = 1, m = 1; r <= kFastBits; ++r) {
+    for (uint32_t i = open_from[r - 1]; i < open_from[r]; ++i)
+      for (uint32_t bit = 0; bit < 2; ++bit) {
+        const uint32_t x = open[i] | bit << (r - 1), e = fast_[x];
+        open[m] = static_cast<uint16_t>(x);
+        m += (e & 15) != r || (e >> 4) >= stop ? 1 : 0;
+      }
+    open_from[r + 1] = m;
+  }
+  std::memset(multi_, 0, kFastSize * sizeof(uint64_t));  // no codes: no symbols, no bits
+  for (size_t c = 0; c < kMultiSymbols; ++c) {  // sequences of c + 1 codes
+    const Sequence* const now = seq[c].data();
+    const auto& at = from[c];
+    const bool last = c + 1 == kMultiSymbols;
+    for (size_t used = 1; used <= kFastBits; ++used) {
+      const uint64_t bits = uint64_t{used} << 48 | uint64_t{c + 1} << kCountShift;
+      const size_t left = kFastBits - used;
+      for (uint32_t i = at[used]; i < at[used + 1]; ++i) {
+        const uint64_t e = now[i].symbols | bits;
+        uint64_t* const to = multi_ + now[i].prefix;
+        if (last) {  // every entry of the sequence
+          for (size_t r = 0; r < (kFastSize >> used); ++r) to[r << used] = e;
+        } else {
+          for (uint32_t j = open_from[left]; j < open_from[left + 1]; ++j) to[size_t{open[j]} << used] = e;
+        }
+      }
     }
-    if (c.symbol >= stop) continue;
-    const size_t block = static_cast<size_t>(e & 0xffffffff);
-    for (uint32_t j = c.bits >> kFastBits; j < kBlock; j += 1u << (c.length - kFastBits))
-      long_[block + j] = c.symbol | static_cast<uint32_t>(c.length) << 16;
+    if (last) break;
+    // Sequences of c + 2 codes: each of c + 1 codes followed by each code that still fits,
+    // grouped by the bits they use together.
+    Sequence* const next = seq[c + 1].data();
+    auto& next_from = from[c + 1];
+    uint32_t m = 0;
+    for (size_t used = 1; used <= kFastBits; ++used) {
+      next_from[used] = m;
+      for (size_t l = 1; l < used; ++l)  // the added code's length
+        for (uint32_t i = at[used - l]; i < at[used - l + 1]; ++i)
+          for (uint32_t j = codes_from[l]; j < codes_from[l + 1]; ++j)
+            next[m++] = {now[i].prefix | codes[j].prefix << (used - l), now[i].symbols | codes[j].symbols << (16 * (c + 1))};
+    }
+    next_from[kFastBits + 1] = m;
+  }
+  // Codes longer than kFastBits, below `stop`: per kFastBits-bit prefix (whose multi entry is
+  // empty: no shorter code starts it) a block of kLongBlock entries indexed by the window's next
+  // bits, the blocks in canonical order. Empty entries (invalid codes, `stop` and above) stay 0;
+  // entry 0 is what PeekLong reads for entries that start no longer code.
+  std::memset(long_, 0, long_size_ * sizeof(uint32_t));
+  const uint32_t first_unit = first_[kFastBits + 1] >> 1;  // the first longer code's prefix, MSB-first
+  for (int l = kFastBits + 1; l <= kHuffmanMaxBits; ++l) {
+    // Each code of length l fills `fills` entries of its block (one at length kHuffmanMaxBits,
+    // the most common): a trip count per length, which the branch predictor learns, where a
+    // loop per code to the block's end mispredicted its exit at most codes.
+    const int rest = l - kFastBits;
+    const uint32_t fills = kLongBlock >> rest, low = (1u << rest) - 1;
+    const uint32_t* const symbol = sorted_ + offset_[l];
+    for (uint32_t i = 0, canonical = first_[l]; i < count_[l]; ++i, ++canonical) {
+      const uint32_t unit = canonical >> rest;
+      const size_t block = 1 + size_t{kLongBlock} * (unit - first_unit);
+      multi_[ReverseShortBits(unit, kFastBits)] = uint64_t{1} << kLongBit | block;
+      const uint32_t t = symbol[i] < stop ? symbol[i] | static_cast<uint32_t>(l) << 16 : 0;  // 0: as never filled
+      uint32_t* const to = long_ + block + ReverseShortBits(canonical & low, rest);
+      if (fills == 1) {
+        *to = t;
+      } else {
+        for (uint32_t f = 0; f < fills; ++f) to[f << rest] = t;
+      }
+    }
   }
 }
 
