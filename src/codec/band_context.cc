@@ -54,7 +54,7 @@ Status DecodeBandedLocations(std::span<const uint8_t> in, BandedForm form, std::
   BandedHeader h;
   DCR_RETURN_IF_ERROR(ReadBandedHeader(in, form, total_elements, total_expected, &h));
   const PartDecoder decoder(h, segs, total_elements, positions);
-  // Each part's ordinals (8 bytes per change) go to the buffer of the thread that decodes it,
+  // Each part's ordinals (4 bytes per change) go to the buffer of the thread that decodes it,
   // which it reuses part after part (OrdinalRoom).
   const size_t parts = h.parts;
   std::array<Status, kMaxBandParts> status;

@@ -78,7 +78,7 @@ struct OrdinalHandOff {
   ClaimOnce claim;              // whoever claims it decodes the tail: the walker only if first
   std::atomic<bool> done{false};
   bool ok = false;              // GetSplitRiceRuns of the tail
-  const uint64_t* out = nullptr;  // the tail's ordinals
+  const uint32_t* out = nullptr;  // the tail's ordinals
 };
 
 // Moving the ordinals of x of the heavier thread's changes (0.7 ns each) to the other thread
@@ -146,14 +146,14 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
   OrdinalHandOff handoff;
   PlanOrdinalHandOff(decoder, half, total, &handoff);
   // The hand-off's tail into `out` (room for it and the slack), once.
-  auto decode_tail = [&](uint64_t* out) {
+  auto decode_tail = [&](uint32_t* out) {
     handoff.ok = decoder.OrdinalBands(handoff.part, handoff.from_band, decoder.bands(), out);
     handoff.out = out;
     handoff.done.store(true, std::memory_order_release);
   };
   // Part p's ordinals, into this thread's room but for a tail another thread decoded.
   auto ordinals = [&](size_t p, PartOrdinals* ord) -> Status {
-    uint64_t* room = decoder.OrdinalRoom(p);
+    uint32_t* room = decoder.OrdinalRoom(p);
     if (p != handoff.part) return decoder.Ordinals(p, room, ord);
     const bool head_ok = decoder.OrdinalBands(p, 0, handoff.from_band, room);
     if (handoff.claim.Claim())
@@ -161,7 +161,7 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
     else
       YieldUntil([&] { return handoff.done.load(std::memory_order_acquire); });
     if (!head_ok || !handoff.ok) return decoder.Ordinals(p, room, ord);  // fails: the error, as one thread reports it
-    const uint64_t* o = room;
+    const uint32_t* o = room;
     for (size_t b = 0; b < kMaxContextBands; o += decoder.BandChanges(p, b++)) {
       if (b == handoff.from_band) o = handoff.out;
       (*ord)[b] = o;
@@ -189,7 +189,7 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
     share[t] = values.share_values(t);
     share_done[t].store(true, std::memory_order_release);
     if (handoff.part != OrdinalHandOff::kNone && (handoff.part < half) != (t == 0) && handoff.claim.Claim()) {
-      thread_local ReusedBuffer<uint64_t> tail_room;
+      thread_local ReusedBuffer<uint32_t> tail_room;
       decode_tail(tail_room.Take(static_cast<size_t>(handoff.tail) + kScratchSlackWords).data());
       g_tails_handed_off.fetch_add(1, std::memory_order_relaxed);
     }

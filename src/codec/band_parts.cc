@@ -68,21 +68,27 @@ PartDecoder::PartDecoder(const BandedHeader& h, std::span<const ContextSegment> 
   }
 }
 
-Status PartDecoder::Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const {
+Status PartDecoder::Ordinals(size_t p, uint32_t* ordinals, PartOrdinals* ord) const {
   const std::string part = PartName(p);
   const uint64_t elements = starts_[p + 1].at - starts_[p].at;
+  if (elements >= kMaxPartElements)
+    return Corrupt("banded context code: " + std::to_string(elements) + " elements" + part +
+                   ": this decoder takes parts of fewer than 2^32");
   if (h_.form == BandedForm::kPartsSplitRice) {
+    if (h_.stream[p].size() >= kMaxSplitRiceStream32Bytes)
+      return Corrupt("banded context code: a stream of " + std::to_string(h_.stream[p].size()) + " bytes" + part +
+                     ": this decoder takes fewer than 2^29");
     const size_t k = static_cast<size_t>(h_.bands.k);
     const SplitRiceError e = GetSplitRiceOrdinals(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
                                                   std::span<const uint8_t>(h_.rice[p]).first(k), elements, ordinals);
     if (!e.ok())
       return Corrupt("banded context code: " + e.Message() + (e.NamesBand() ? " in band " + std::to_string(e.band) : "") +
                      part);
-    const uint64_t* o = ordinals;
+    const uint32_t* o = ordinals;
     for (size_t b = 0; b < kMaxContextBands; o += h_.count[p][b++]) (*ord)[b] = o;
   } else {
     BitReader bits(h_.stream[p]);
-    uint64_t* o = ordinals;
+    uint32_t* o = ordinals;
     for (size_t b = 0; b < kMaxContextBands; ++b) {
       if (!GetRiceOrdinals(bits, h_.count[p][b], h_.rice[p][b], elements, o))
         return Corrupt("banded context code: truncated or out-of-range gap in band " + std::to_string(b) + part);
@@ -94,8 +100,10 @@ Status PartDecoder::Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) co
   return Status::Ok();
 }
 
-bool PartDecoder::OrdinalBands(size_t p, size_t from, size_t to, uint64_t* out) const {
+bool PartDecoder::OrdinalBands(size_t p, size_t from, size_t to, uint32_t* out) const {
   const size_t k = static_cast<size_t>(h_.bands.k);
+  if (starts_[p + 1].at - starts_[p].at >= kMaxPartElements || h_.stream[p].size() >= kMaxSplitRiceStream32Bytes)
+    return false;  // Ordinals says why
   return GetSplitRiceRuns(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
                           std::span<const uint8_t>(h_.rice[p]).first(k), starts_[p + 1].at - starts_[p].at, from, to, out);
 }
@@ -139,7 +147,7 @@ Status PartDecoder::Walk(size_t p, const PartOrdinals& ord, const WalkApply* app
   return Status::Ok();
 }
 
-Status PartDecoder::Decode(size_t p, uint64_t* ordinals) const {
+Status PartDecoder::Decode(size_t p, uint32_t* ordinals) const {
   PartOrdinals ord{};
   DCR_RETURN_IF_ERROR(Ordinals(p, ordinals, &ord));
   return Walk(p, ord);

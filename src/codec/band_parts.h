@@ -33,7 +33,13 @@ Status ReadBandedHeader(std::span<const uint8_t> in, BandedForm form, uint64_t t
 // Adds one to GetBandPartsDecodedByHelper (band_context.h).
 void CountBandPartDecodedByHelper();
 
-using PartOrdinals = std::array<const uint64_t*, kMaxContextBands>;
+// Parts have fewer elements than this: their ordinals are 32 bits (PartOrdinals).
+inline constexpr uint64_t kMaxPartElements = uint64_t{1} << 32;
+
+// Each band's ordinals in a part, 32 bits each: a part has fewer than 2^32 elements (Ordinals
+// refuses larger ones), and 4 bytes per change halve the memory the decoder writes and reads
+// back.
+using PartOrdinals = std::array<const uint32_t*, kMaxContextBands>;
 
 // Decodes one part: its ordinals (into ordinals[0, its changes)), then the walk over its
 // elements, writing its positions into the slots that payload order gives them.
@@ -46,7 +52,9 @@ class PartDecoder {
 
   // Decodes part p's ordinals into `ordinals` (room for the part's changes, such as
   // OrdinalRoom's; the caller's, not shared with another part) and sets (*ord)[b] to band b's.
-  Status Ordinals(size_t p, uint64_t* ordinals, PartOrdinals* ord) const;
+  // kCorrupt for a part of 2^32 elements or more, or a split Rice stream of 2^29 bytes or more
+  // (limits of this decoder, docs/format.md §2.9: payloads of up to 32 MiB never reach them).
+  Status Ordinals(size_t p, uint32_t* ordinals, PartOrdinals* ord) const;
 
   // Part p's ordinals of bands [from, to) into `out` (room for those bands' changes, and
   // kScratchSlackWords more: the walk's reads past a band's last), as Ordinals would decode them,
@@ -54,7 +62,7 @@ class PartDecoder {
   // only: SplitsOrdinals). True where Ordinals would not fail on those bands (GetSplitRiceRuns):
   // if either call of a split at band m ([0, m), [m, k)) is false, Ordinals fails and says why.
   bool SplitsOrdinals() const { return h_.form == BandedForm::kPartsSplitRice; }
-  bool OrdinalBands(size_t p, size_t from, size_t to, uint64_t* out) const;
+  bool OrdinalBands(size_t p, size_t from, size_t to, uint32_t* out) const;
   uint64_t BandChanges(size_t p, size_t b) const { return h_.count[p][b]; }
   size_t bands() const { return static_cast<size_t>(h_.bands.k); }
 
@@ -66,18 +74,18 @@ class PartDecoder {
               std::vector<uint64_t>* applied = nullptr) const;
 
   // Ordinals, then Walk without applying.
-  Status Decode(size_t p, uint64_t* ordinals) const;
+  Status Decode(size_t p, uint32_t* ordinals) const;
 
   // Part p's first slot in segment s (0 but in its first segment).
   uint64_t FirstSlot(size_t p, size_t s) const;
 
   uint64_t FirstChange(size_t p) const { return change_first_[p]; }
-  // Room for part p's ordinals in the calling thread's scratch (ScratchWords), valid until this
-  // thread takes scratch again: every part a thread decodes reuses the same buffer once the part
-  // before it is walked, so a payload's ordinals stay in that core's caches. (All parts'
-  // ordinals decoded before the first walk, 8 bytes per change, went out to memory and back on
-  // large payloads: see DecodeApplyOnOneThread.)
-  uint64_t* OrdinalRoom(size_t p) const { return ScratchWords(change_first_[p + 1] - change_first_[p]).data(); }
+  // Room for part p's ordinals in the calling thread's scratch (ScratchOrdinals), valid until
+  // this thread takes scratch again: every part a thread decodes reuses the same buffer once the
+  // part before it is walked, so a payload's ordinals stay in that core's caches. (All parts'
+  // ordinals decoded before the first walk, then 8 bytes per change, went out to memory and back
+  // on large payloads: see DecodeApplyOnOneThread.)
+  uint32_t* OrdinalRoom(size_t p) const { return ScratchOrdinals(change_first_[p + 1] - change_first_[p]).data(); }
   // The payload-order index of segment s's first change (s = segments: every change).
   uint64_t SegmentFirst(size_t s) const { return segment_first_[s]; }
 

@@ -289,28 +289,27 @@ constexpr uint64_t kSparseVectorMin = 8;
 // the tile, into `out`: 32 at a time, the word of each by a branch-free search over `before`
 // (BandCountsBefore; three compares and four 16-bit permutes for 32 members). Returns the
 // first ordinal not taken. Ordinals past `last` are not read (masked loads; their addresses,
-// up to 31 words past the band's last ordinal, lie in ScratchWords' slack).
-HWY_INLINE uint64_t FindSparseChangesVector(const uint64_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
+// up to 31 entries past the band's last ordinal, lie in ScratchOrdinals' slack).
+HWY_INLINE uint64_t FindSparseChangesVector(const uint32_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
                                             const int16_t* before, size_t b, SparseChanges* out) {
   static_assert(kTileWords == 64, "one two-register permute spans the counts");
   const __m512i lo = _mm512_load_si512(before), hi = _mm512_load_si512(before + 32);
-  const __m512i first = _mm512_set1_epi64(static_cast<int64_t>(r0));
-  const __m512i stop = _mm512_set1_epi64(static_cast<int64_t>(end));
+  // Ordinals, r0 and end are below 2^32 (a part's elements).
+  const __m512i first = _mm512_set1_epi32(static_cast<int32_t>(r0));
+  const __m512i stop = _mm512_set1_epi32(static_cast<int32_t>(end));
   const __m512i sixteen = _mm512_set1_epi16(16);
   while (p < last) {
     const uint64_t n = std::min<uint64_t>(32, last - p);
     const uint32_t lanes = n == 32 ? ~0u : (1u << n) - 1;
-    __m128i local8[4];   // members' numbers in the tile, 16 bits each
+    __m256i local16[2];  // members' numbers in the tile, 16 bits each
     uint32_t below = 0;  // lanes below `end`: a prefix, the ordinals ascend
-    for (int g = 0; g < 4; ++g) {
-      const auto m = static_cast<__mmask8>(lanes >> (8 * g));
-      const __m512i o = _mm512_maskz_loadu_epi64(m, ord + p + 8 * g);
-      below |= static_cast<uint32_t>(_mm512_mask_cmplt_epu64_mask(m, o, stop)) << (8 * g);
-      local8[g] = _mm512_cvtepi64_epi16(_mm512_sub_epi64(o, first));
+    for (int g = 0; g < 2; ++g) {
+      const auto m = static_cast<__mmask16>(lanes >> (16 * g));
+      const __m512i o = _mm512_maskz_loadu_epi32(m, ord + p + 16 * g);
+      below |= static_cast<uint32_t>(_mm512_mask_cmplt_epu32_mask(m, o, stop)) << (16 * g);
+      local16[g] = _mm512_cvtepi32_epi16(_mm512_sub_epi32(o, first));
     }
-    const __m512i local = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(local8[0]), local8[1], 1)),
-        _mm256_inserti128_si256(_mm256_castsi128_si256(local8[2]), local8[3], 1), 1);
+    const __m512i local = _mm512_inserti64x4(_mm512_castsi256_si512(local16[0]), local16[1], 1);
     // The last word wd with before[wd] <= local (before[0] = 0; lanes past `end` are not kept):
     // its group of 16 words by three independent compares with the groups' first counts, then
     // four binary steps within the group. (Six binary steps, each waiting on the one before,
@@ -339,7 +338,7 @@ HWY_INLINE uint64_t FindSparseChangesVector(const uint64_t* ord, uint64_t p, uin
 // Band b's ordinals ord[p, last) below `end` (fewer than kTileWords), each member r0 + local of
 // the tile, into `out`; returns the first ordinal not taken. One by one, or, from
 // kSparseVectorMin of them on, 32 at a time where the target has AVX-512.
-HWY_INLINE uint64_t FindSparseChanges(const uint64_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
+HWY_INLINE uint64_t FindSparseChanges(const uint32_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
                                       const int16_t* before, size_t b, SparseChanges* out) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (last - p >= kSparseVectorMin && ord[p + kSparseVectorMin - 1] < end)
@@ -370,15 +369,14 @@ HWY_INLINE void DepositSparseChanges(const SparseChanges& sparse, const TileRows
 
 // The end of the run of ord[p, n) (ascending) below `end`: a vector of ordinals per step, so
 // that the scan ends with one mispredicted branch per band and tile instead of one per change.
-// Ordinals are below 2^63 (they index elements), so they compare as signed lanes.
-HWY_INLINE uint64_t OrdinalsBelow(const uint64_t* ord, uint64_t p, uint64_t n, uint64_t end) {
-  const hn::CappedTag<int64_t, 8> d;
+// Ordinals and `end` are below 2^32 (a part's elements).
+HWY_INLINE uint64_t OrdinalsBelow(const uint32_t* ord, uint64_t p, uint64_t n, uint64_t end) {
+  const hn::CappedTag<uint32_t, 16> d;
   const size_t lanes = hn::Lanes(d);
-  const auto e = hn::Set(d, static_cast<int64_t>(end));
-  const auto* o = reinterpret_cast<const int64_t*>(ord);
+  const auto e = hn::Set(d, static_cast<uint32_t>(end));
   uint64_t q = p;
   for (; q + lanes <= n; q += lanes) {
-    const size_t below = hn::CountTrue(d, hn::Lt(hn::LoadU(d, o + q), e));
+    const size_t below = hn::CountTrue(d, hn::Lt(hn::LoadU(d, ord + q), e));
     if (below < lanes) return q + below;
   }
   while (q < n && ord[q] < end) ++q;
@@ -411,7 +409,7 @@ HWY_INLINE uint32_t* TilePositionsCompressed(const uint64_t* hit, size_t words, 
 // a run-time flag was tested at every change).
 template <bool kFastPdep>
 bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands& bands,
-                        const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room_of,
+                        const std::array<const uint32_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room_of,
                         std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
                         const WalkApply* apply) {
   constexpr bool fast_pdep = kFastPdep;
@@ -453,7 +451,7 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
         const int32_t members = rows.BandBefore(b, words);
         const uint64_t r0 = run[b], end = r0 + static_cast<uint64_t>(members);
         run[b] = end;
-        const uint64_t* ord = ordinals[b];
+        const uint32_t* ord = ordinals[b];
         uint64_t p = (*placed)[b];  // the band's ordinals in this tile: [p, q)
         if (ord[p] >= end) continue;
         BandCountsBefore(rows, b, before);
@@ -549,7 +547,7 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
 }
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, bool fast_pdep,
+                    const std::array<const uint32_t*, kMaxContextBands>& ordinals, bool fast_pdep,
                     std::span<const uint64_t> room_of, std::span<const std::span<uint32_t>> positions, WalkPart* part,
                     std::vector<uint64_t>* filled, const WalkApply* apply) {
   return fast_pdep ? DecodeBandWalkWith<true>(segs, bands, ordinals, room_of, positions, part, filled, apply)
@@ -617,7 +615,7 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
 }
 
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
+                    const std::array<const uint32_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
                     std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
                     const WalkApply* apply) {
   static const bool fast_cpu = FastBitDeposit();

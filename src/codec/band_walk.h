@@ -78,7 +78,8 @@ struct WalkApply {
 };
 
 // Decoder: places each band's changed ordinals at their positions, for the tiles of `part`.
-// Band b's are ordinals[b][0, count) (strictly ascending). Segment s receives at most room[s] positions, written
+// Band b's are ordinals[b][0, count) (strictly ascending; 32 bits: a part has fewer than 2^32
+// elements, PartDecoder). Segment s receives at most room[s] positions, written
 // from positions[s][first_out] for the part's first segment and from positions[s][0] for the
 // others, never past that room. Returns false if a segment would get more than room[s];
 // part->placed[b] = ordinals of band b placed through the part (fewer than limit[b] at the
@@ -87,7 +88,7 @@ struct WalkApply {
 // once. With `apply`, also applies each tile's changes once they are placed: the positions
 // *filled counts are the changes applied, failure or not.
 bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& bands,
-                    const std::array<const uint64_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
+                    const std::array<const uint32_t*, kMaxContextBands>& ordinals, std::span<const uint64_t> room,
                     std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
                     const WalkApply* apply = nullptr);
 
@@ -110,14 +111,20 @@ inline BandWords BandOffsets(const BandWords& counts) {
   return offset;
 }
 
-// A per-thread buffer of n words, reused across payloads (by the encoder's and the decoder's
-// band code alike): a fresh buffer of this size (8 bytes per change) would be page-faulted in
-// for every payload. kScratchSlackWords more words lie past the span's end: the decoder's vector
-// search forms the addresses of up to 31 ordinals past a band's last (masked loads that read
-// none of them), which must stay within the allocation.
+// A per-thread buffer of n words, reused across payloads (the encoder's gaps): a fresh buffer of
+// this size (8 bytes per change) would be page-faulted in for every payload. kScratchSlackWords
+// more entries lie past the span's end (here and in ScratchOrdinals): the decoder's vector search
+// forms the addresses of up to 31 ordinals past a band's last (masked loads that read none of
+// them), which must stay within the allocation.
 inline constexpr size_t kScratchSlackWords = 32;
 inline std::span<uint64_t> ScratchWords(uint64_t n) {
   thread_local ReusedBuffer<uint64_t> scratch;
+  return scratch.Take(static_cast<size_t>(n) + kScratchSlackWords).first(static_cast<size_t>(n));
+}
+// The same for the decoder's 32-bit ordinals (its own buffer: an encoder and a decoder may run
+// on one thread in turn).
+inline std::span<uint32_t> ScratchOrdinals(uint64_t n) {
+  thread_local ReusedBuffer<uint32_t> scratch;
   return scratch.Take(static_cast<size_t>(n) + kScratchSlackWords).first(static_cast<size_t>(n));
 }
 

@@ -9,6 +9,8 @@
 
 #include "codec/rice_gaps.h"
 
+#include "base/status.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace dcr {
 namespace HWY_NAMESPACE {
@@ -42,14 +44,23 @@ void QuotientSumsImpl(const uint64_t* gaps, size_t n, int lo, uint64_t* sums) {
   sums[0] = q0, sums[1] = q1, sums[2] = q2;
 }
 
-bool GetRiceOrdinalsImpl(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
+template <typename T>
+bool GetRiceOrdinalsT(BitReader& bits, uint64_t n, int r, uint64_t limit, T* out) {
   uint64_t next = 0;  // <= limit
   return bits.GetRiceRun(n, r, limit >> r, [&](uint64_t g) {
     if (g >= limit - next) return false;
-    *out++ = next + g;
+    *out++ = static_cast<T>(next + g);
     next += g + 1;
     return true;
   });
+}
+
+bool GetRiceOrdinalsImpl(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
+  return GetRiceOrdinalsT(bits, n, r, limit, out);
+}
+
+bool GetRiceOrdinals32Impl(BitReader& bits, uint64_t n, int r, uint64_t limit, uint32_t* out) {
+  return GetRiceOrdinalsT(bits, n, r, limit, out);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -61,6 +72,7 @@ namespace dcr {
 
 HWY_EXPORT(PutRiceGapsImpl);
 HWY_EXPORT(GetRiceOrdinalsImpl);
+HWY_EXPORT(GetRiceOrdinals32Impl);
 HWY_EXPORT(QuotientSumsImpl);
 
 std::array<uint64_t, 3> QuotientSums(std::span<const uint64_t> gaps, int lo) {
@@ -73,6 +85,11 @@ void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r) { HWY_DYNA
 
 bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out) {
   return HWY_DYNAMIC_DISPATCH(GetRiceOrdinalsImpl)(bits, n, r, limit, out);
+}
+
+bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint32_t* out) {
+  DCR_CHECK(limit <= (uint64_t{1} << 32));
+  return HWY_DYNAMIC_DISPATCH(GetRiceOrdinals32Impl)(bits, n, r, limit, out);
 }
 
 }  // namespace dcr

@@ -41,5 +41,7 @@ void PutRiceGaps(BitWriter& w, std::span<const uint64_t> gaps, int r);
 // Reads n gaps coded with parameter r and writes the ascending ordinals they give to out[0, n).
 // False (nothing else promised of out) if the stream runs out or an ordinal reaches `limit`.
 bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint64_t* out);
+// The same into 32-bit ordinals (limit <= 2^32).
+bool GetRiceOrdinals(BitReader& bits, uint64_t n, int r, uint64_t limit, uint32_t* out);
 
 }  // namespace dcr

@@ -61,6 +61,18 @@ SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<c
 bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
                       uint64_t limit, size_t from, size_t to, uint64_t* out);
 
+// Streams the 32-bit decoders take are shorter than this: their terminators' bit indices are
+// kept in 32 bits.
+inline constexpr size_t kMaxSplitRiceStream32Bytes = size_t{1} << 29;
+
+// The same with 32-bit ordinals (the band decoder's, which read and write half the bytes): as
+// the 64-bit ones give them, where limit <= 2^32 and the stream is shorter than
+// kMaxSplitRiceStream32Bytes; else kOutOfRange (false).
+SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                                    std::span<const uint8_t> rice, uint64_t limit, uint32_t* out);
+bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
+                      uint64_t limit, size_t from, size_t to, uint32_t* out);
+
 // For tests: encode and decode with the scalar loops even where the SIMD ones run, or not.
 void ForceScalarSplitRice(bool scalar);
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "codec/bit_stream.h"
@@ -74,6 +75,23 @@ Decoded Decode(std::span<const uint8_t> stream, const Runs& r, uint64_t limit, b
     EXPECT_EQ(out[total + 8 + i], 0xabababababababab) << "written past the output";
   }
   if (d.error.ok()) d.ordinals.assign(out.begin() + 8, out.begin() + 8 + static_cast<std::ptrdiff_t>(total));
+  // The 32-bit decoder (the band decoder's) gives the same error, or the same ordinals, and also
+  // writes only its output.
+  if (limit <= (uint64_t{1} << 32)) {
+    ForceScalarSplitRice(scalar);
+    std::vector<uint32_t> out32(total + 16, 0xabababab);
+    const SplitRiceError e32 = GetSplitRiceOrdinals(stream, r.counts, r.rice, limit, out32.data() + 8);
+    ForceScalarSplitRice(false);
+    EXPECT_EQ(e32.kind, d.error.kind) << "32-bit ordinals";
+    EXPECT_EQ(e32.band, d.error.band) << "32-bit ordinals";
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(out32[i], 0xababababu) << "32-bit ordinals written before the output";
+      EXPECT_EQ(out32[total + 8 + i], 0xababababu) << "32-bit ordinals written past the output";
+    }
+    if (e32.ok() && d.error.ok()) {
+      EXPECT_TRUE(std::equal(d.ordinals.begin(), d.ordinals.end(), out32.begin() + 8)) << "32-bit ordinals";
+    }
+  }
   return d;
 }
 
@@ -182,6 +200,25 @@ bool RunsSplitAt(std::span<const uint8_t> stream, const Runs& r, uint64_t limit,
     }
   ordinals->assign(out_head.begin() + 8, out_head.end() - 8);
   ordinals->insert(ordinals->end(), out_tail.begin() + 8, out_tail.end() - 8);
+  // The 32-bit ranges (the band decoder's hand-off) alike, writing only their outputs.
+  if (limit > (uint64_t{1} << 32)) return ok_head && ok_tail;
+  ForceScalarSplitRice(scalar);
+  std::vector<uint32_t> head32(head + 16, 0xcdcdcdcd), tail32(total - head + 16, 0xcdcdcdcd);
+  const bool ok_head32 = GetSplitRiceRuns(stream, r.counts, r.rice, limit, 0, m, head32.data() + 8);
+  const bool ok_tail32 = GetSplitRiceRuns(stream, r.counts, r.rice, limit, m, r.counts.size(), tail32.data() + 8);
+  ForceScalarSplitRice(false);
+  EXPECT_EQ(ok_head32, ok_head) << "32-bit ordinals, split " << m;
+  EXPECT_EQ(ok_tail32, ok_tail) << "32-bit ordinals, split " << m;
+  for (const auto* out : {&head32, &tail32})
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ((*out)[i], 0xcdcdcdcdu) << "32-bit ordinals written before the output";
+      EXPECT_EQ((*out)[out->size() - 1 - i], 0xcdcdcdcdu) << "32-bit ordinals written past the output";
+    }
+  if (ok_head && ok_tail && ok_head32 && ok_tail32) {
+    std::vector<uint64_t> got32(head32.begin() + 8, head32.end() - 8);
+    got32.insert(got32.end(), tail32.begin() + 8, tail32.end() - 8);
+    EXPECT_EQ(got32, *ordinals) << "32-bit ordinals, split " << m;
+  }
   return ok_head && ok_tail;
 }
 
@@ -333,6 +370,42 @@ TEST(SplitRice, ThirtyTwoCodeStepsAtEveryLengthAndParameter) {
         ASSERT_TRUE(d.error.ok()) << what << ": " << d.error.Message();
         EXPECT_EQ(d.ordinals, r.ordinals) << what;
       }
+}
+
+// 32-bit ordinals up to their bound: a run ending at 2^32 - 1 decodes under limit 2^32 and is
+// out of range under 2^32 - 1; a run whose ordinals pass 2^32 (their low 32 bits below the
+// limit) is out of range as for the 64-bit decoder (Decode compares the two); a limit above 2^32
+// is refused by the 32-bit decoder alone.
+TEST(SplitRice, ThirtyTwoBitOrdinalsUpToTheirBound) {
+  const uint64_t two32 = uint64_t{1} << 32, two30 = uint64_t{1} << 30;
+  auto runs = [](std::vector<uint64_t> gaps) {
+    Runs r;
+    uint64_t next = 0;
+    for (uint64_t g : gaps) r.ordinals.push_back(next + g), next += g + 1;
+    r.limit = next;
+    r.rice = {30};
+    r.counts = {gaps.size()};
+    r.gaps = {std::move(gaps)};
+    return r;
+  };
+  const Runs top = runs({uint64_t{1} << 31, two30, two30 - 3});  // the last ordinal is 2^32 - 1
+  ASSERT_EQ(top.ordinals.back(), two32 - 1);
+  const std::vector<uint8_t> stream = top.Encode();
+  const Decoded d = DecodeAlike(stream, top, two32, "last ordinal 2^32 - 1");
+  ASSERT_TRUE(d.error.ok()) << d.error.Message();
+  EXPECT_EQ(d.ordinals, top.ordinals);
+  EXPECT_EQ(DecodeAlike(stream, top, two32 - 1, "limit 2^32 - 1").error.kind, Kind::kOutOfRange);
+  // Five largest remainders: ordinals up to 5 * 2^30 - 1, whose low 32 bits are 2^30 - 1.
+  const Runs past = runs({two30 - 1, two30 - 1, two30 - 1, two30 - 1, two30 - 1});
+  ASSERT_GT(past.ordinals.back(), two32);
+  EXPECT_EQ(DecodeAlike(past.Encode(), past, two32, "past 2^32").error.kind, Kind::kOutOfRange);
+  for (bool scalar : {false, true}) {
+    ForceScalarSplitRice(scalar);
+    std::vector<uint32_t> out(3);
+    EXPECT_EQ(GetSplitRiceOrdinals(stream, top.counts, top.rice, two32 + 1, out.data()).kind, Kind::kOutOfRange);
+    EXPECT_TRUE(GetSplitRiceOrdinals(stream, top.counts, top.rice, two32, out.data()).ok());
+    ForceScalarSplitRice(false);
+  }
 }
 
 }  // namespace
