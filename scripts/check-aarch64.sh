@@ -24,7 +24,7 @@ fi
 mkdir -p "$OUT"
 CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"
 SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd_masks.cc src/codec/band_fit.cc
-         src/codec/band_context.cc src/codec/band_parts.cc src/codec/band_decode_apply.cc src/codec/band_encode.cc src/codec/band_walk.cc src/codec/location_coding.cc src/codec/rice_gaps.cc src/codec/split_rice.cc src/codec/second_part_walker.cc src/codec/value_coding.cc src/codec/value_decode.cc
+         src/codec/band_context.cc src/codec/band_parts.cc src/codec/band_decode_apply.cc src/codec/band_encode.cc src/codec/band_walk.cc src/codec/location_coding.cc src/codec/rice_gaps.cc src/codec/split_rice.cc src/codec/split_rice_encode.cc src/codec/second_part_walker.cc src/codec/value_coding.cc src/codec/value_decode.cc
          src/codec/value_symbols.cc src/codec/huffman.cc
          src/codec/context_coding.cc src/codec/section_coding.cc src/codec/apply_changes.cc src/codec/payload_codec.cc
          src/codec/payload_checksum.cc src/codec/payload_checksum_avx2.cc

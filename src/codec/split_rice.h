@@ -73,7 +73,9 @@ SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<c
 bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
                       uint64_t limit, size_t from, size_t to, uint32_t* out);
 
-// For tests: encode and decode with the scalar loops even where the SIMD ones run, or not.
+// For tests: encode and decode with the scalar loops even where the SIMD ones run, or not; and
+// whether they are forced (for the encoder's dispatch, split_rice_encode.cc).
 void ForceScalarSplitRice(bool scalar);
+bool ScalarSplitRiceForced();
 
 }  // namespace dcr
