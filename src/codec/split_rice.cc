@@ -421,34 +421,42 @@ std::string SplitRiceError::Message() const {
   return "unknown";
 }
 
+namespace {
+
+// Runs [from, to) of the code on this CPU's target, into 64- or 32-bit ordinals.
+SplitRiceError DecodeRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                          std::span<const uint8_t> rice, uint64_t limit, size_t from, size_t to, uint64_t* out,
+                          size_t* consumed) {
+  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit, ScalarSplitRiceForced(), from, to,
+                                                        out, consumed);
+}
+SplitRiceError DecodeRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
+                          std::span<const uint8_t> rice, uint64_t limit, size_t from, size_t to, uint32_t* out,
+                          size_t* consumed) {
+  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinals32Impl)(stream, counts, rice, limit, ScalarSplitRiceForced(), from,
+                                                          to, out, consumed);
+}
+
+}  // namespace
+
 SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
                                     std::span<const uint8_t> rice, uint64_t limit, uint64_t* out, size_t* consumed) {
-  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
-                                                        g_force_scalar.load(std::memory_order_relaxed), 0,
-                                                        counts.size(), out, consumed);
+  return DecodeRuns(stream, counts, rice, limit, 0, counts.size(), out, consumed);
 }
 
 bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
                       uint64_t limit, size_t from, size_t to, uint64_t* out) {
-  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinalsImpl)(stream, counts, rice, limit,
-                                                        g_force_scalar.load(std::memory_order_relaxed), from, to, out,
-                                                        nullptr)
-      .ok();
+  return DecodeRuns(stream, counts, rice, limit, from, to, out, nullptr).ok();
 }
 
 SplitRiceError GetSplitRiceOrdinals(std::span<const uint8_t> stream, std::span<const uint64_t> counts,
                                     std::span<const uint8_t> rice, uint64_t limit, uint32_t* out) {
-  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinals32Impl)(stream, counts, rice, limit,
-                                                          g_force_scalar.load(std::memory_order_relaxed), 0,
-                                                          counts.size(), out, nullptr);
+  return DecodeRuns(stream, counts, rice, limit, 0, counts.size(), out, nullptr);
 }
 
 bool GetSplitRiceRuns(std::span<const uint8_t> stream, std::span<const uint64_t> counts, std::span<const uint8_t> rice,
                       uint64_t limit, size_t from, size_t to, uint32_t* out) {
-  return HWY_DYNAMIC_DISPATCH(GetSplitRiceOrdinals32Impl)(stream, counts, rice, limit,
-                                                          g_force_scalar.load(std::memory_order_relaxed), from, to, out,
-                                                          nullptr)
-      .ok();
+  return DecodeRuns(stream, counts, rice, limit, from, to, out, nullptr).ok();
 }
 
 }  // namespace dcr
