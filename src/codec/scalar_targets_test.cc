@@ -120,6 +120,15 @@ TEST(ScalarTargets, RiceGapStreamsAreTheSameBytesAndReadAlikeOnEveryTarget) {
       BitReader cut(std::span<const uint8_t>(want).first(want.size() - 2));
       EXPECT_FALSE(GetRiceOrdinals(cut, gaps.size(), r, limit, out.data())) << what;
       EXPECT_TRUE(cut.overrun()) << what;
+      // The band decoder's 32-bit ordinals alike (the limits here are below 2^32).
+      ASSERT_LE(limit, uint64_t{1} << 32);
+      std::vector<uint32_t> out32(gaps.size());
+      BitReader bits32(want);
+      ASSERT_TRUE(GetRiceOrdinals(bits32, gaps.size(), r, limit, out32.data())) << what;
+      EXPECT_TRUE(std::equal(ordinals.begin(), ordinals.end(), out32.begin())) << what;
+      EXPECT_EQ(bits32.bytes_consumed(), want.size()) << what;
+      BitReader tight32(want);
+      EXPECT_FALSE(GetRiceOrdinals(tight32, gaps.size(), r, limit - 1, out32.data())) << what;
     });
     if (testing::Test::HasFailure()) return;
   }
