@@ -68,16 +68,22 @@ PartDecoder::PartDecoder(const BandedHeader& h, std::span<const ContextSegment> 
   }
 }
 
-Status PartDecoder::Ordinals(size_t p, uint32_t* ordinals, PartOrdinals* ord) const {
-  const std::string part = PartName(p);
+Status PartDecoder::Within32BitOrdinals(size_t p) const {
   const uint64_t elements = starts_[p + 1].at - starts_[p].at;
   if (elements >= kMaxPartElements)
-    return Corrupt("banded context code: " + std::to_string(elements) + " elements" + part +
+    return Corrupt("banded context code: " + std::to_string(elements) + " elements" + PartName(p) +
                    ": this decoder takes parts of fewer than 2^32");
+  if (h_.form == BandedForm::kPartsSplitRice && h_.stream[p].size() >= kMaxSplitRiceStream32Bytes)
+    return Corrupt("banded context code: a stream of " + std::to_string(h_.stream[p].size()) + " bytes" + PartName(p) +
+                   ": this decoder takes fewer than 2^29");
+  return Status::Ok();
+}
+
+Status PartDecoder::Ordinals(size_t p, uint32_t* ordinals, PartOrdinals* ord) const {
+  DCR_RETURN_IF_ERROR(Within32BitOrdinals(p));
+  const std::string part = PartName(p);
+  const uint64_t elements = starts_[p + 1].at - starts_[p].at;
   if (h_.form == BandedForm::kPartsSplitRice) {
-    if (h_.stream[p].size() >= kMaxSplitRiceStream32Bytes)
-      return Corrupt("banded context code: a stream of " + std::to_string(h_.stream[p].size()) + " bytes" + part +
-                     ": this decoder takes fewer than 2^29");
     const size_t k = static_cast<size_t>(h_.bands.k);
     const SplitRiceError e = GetSplitRiceOrdinals(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
                                                   std::span<const uint8_t>(h_.rice[p]).first(k), elements, ordinals);
@@ -102,8 +108,7 @@ Status PartDecoder::Ordinals(size_t p, uint32_t* ordinals, PartOrdinals* ord) co
 
 bool PartDecoder::OrdinalBands(size_t p, size_t from, size_t to, uint32_t* out) const {
   const size_t k = static_cast<size_t>(h_.bands.k);
-  if (starts_[p + 1].at - starts_[p].at >= kMaxPartElements || h_.stream[p].size() >= kMaxSplitRiceStream32Bytes)
-    return false;  // Ordinals says why
+  if (!Within32BitOrdinals(p).ok()) return false;  // Ordinals says why
   return GetSplitRiceRuns(h_.stream[p], std::span<const uint64_t>(h_.count[p]).first(k),
                           std::span<const uint8_t>(h_.rice[p]).first(k), starts_[p + 1].at - starts_[p].at, from, to, out);
 }

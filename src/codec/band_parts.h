@@ -91,6 +91,8 @@ class PartDecoder {
 
  private:
   std::string PartName(size_t p) const { return h_.parts > 1 ? " in part " + std::to_string(p) : ""; }
+  // kCorrupt where part p exceeds this decoder's 32-bit ordinals (Ordinals).
+  Status Within32BitOrdinals(size_t p) const;
 
   const BandedHeader& h_;
   std::span<const ContextSegment> segs_;

@@ -117,16 +117,14 @@ inline BandWords BandOffsets(const BandWords& counts) {
 // forms the addresses of up to 31 ordinals past a band's last (masked loads that read none of
 // them), which must stay within the allocation.
 inline constexpr size_t kScratchSlackWords = 32;
-inline std::span<uint64_t> ScratchWords(uint64_t n) {
-  thread_local ReusedBuffer<uint64_t> scratch;
+template <typename T>
+std::span<T> ScratchOf(uint64_t n) {
+  thread_local ReusedBuffer<T> scratch;  // one per type: an encoder and a decoder may run on one thread in turn
   return scratch.Take(static_cast<size_t>(n) + kScratchSlackWords).first(static_cast<size_t>(n));
 }
-// The same for the decoder's 32-bit ordinals (its own buffer: an encoder and a decoder may run
-// on one thread in turn).
-inline std::span<uint32_t> ScratchOrdinals(uint64_t n) {
-  thread_local ReusedBuffer<uint32_t> scratch;
-  return scratch.Take(static_cast<size_t>(n) + kScratchSlackWords).first(static_cast<size_t>(n));
-}
+inline std::span<uint64_t> ScratchWords(uint64_t n) { return ScratchOf<uint64_t>(n); }
+// The same for the decoder's 32-bit ordinals.
+inline std::span<uint32_t> ScratchOrdinals(uint64_t n) { return ScratchOf<uint32_t>(n); }
 
 // For tests: decode without BMI2 pdep even where it is fast (the path of other CPUs), or not.
 void ForcePortableBitDeposit(bool portable);

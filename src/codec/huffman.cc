@@ -116,6 +116,18 @@ constexpr auto kReverse10 = [] {
 }();
 inline uint32_t ReverseShortBits(uint32_t code, int len) { return kReverse10[code] >> (10 - len); }
 
+// f(q, i) for i in [0, n), where quarter q is [q * per, (q + 1) * per) (per = ceil(n / 4); the
+// last quarters may be shorter or empty), the quarters interleaved: four chains through memory
+// side by side where consecutive indices update the same counter (OrderByWeight's reason). Each
+// quarter's indices come in ascending order.
+template <typename F>
+void InQuarters(size_t n, size_t per, F&& f) {
+  size_t i = 0;
+  for (; 3 * per + i < n; ++i) f(0, i), f(1, per + i), f(2, 2 * per + i), f(3, 3 * per + i);
+  for (; i < per; ++i)
+    for (size_t q = 0; q < 3 && q * per + i < n; ++q) f(q, q * per + i);
+}
+
 // The canonical code of the used symbols, from their lengths (len[i], 1..15, of the i-th used
 // symbol, symbols ascending): per code length, how many codes have it and the first canonical code of
 // that length (MSB-first; shorter codes first, then by symbol). O(used symbols), as is all of
@@ -134,14 +146,9 @@ CodeRanges CanonicalRanges(std::span<const uint8_t> len) {
   CodeRanges r;
   // Four histograms, one per quarter, counted interleaved: runs of equal lengths made one
   // histogram's increments a chain through memory (OrderByWeight's reason).
-  const size_t n = len.size(), per = (n + 3) / 4;
-  r.per = per;
+  r.per = (len.size() + 3) / 4;
   auto& counted = r.quarter;
-  size_t i = 0;
-  for (; 3 * per + i < n; ++i)
-    ++counted[0][len[i]], ++counted[1][len[per + i]], ++counted[2][len[2 * per + i]], ++counted[3][len[3 * per + i]];
-  for (; i < per; ++i)
-    for (size_t q = 0; q < 3 && q * per + i < n; ++q) ++counted[q][len[q * per + i]];
+  InQuarters(len.size(), r.per, [&](size_t q, size_t i) { ++counted[q][len[i]]; });
   for (int l = 0; l <= kHuffmanMaxBits; ++l) r.count[l] = counted[0][l] + counted[1][l] + counted[2][l] + counted[3][l];
   uint32_t code = 0;
   int64_t kraft = 1 << kHuffmanMaxBits;
@@ -260,13 +267,12 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   std::copy(std::begin(ranges.first), std::end(ranges.first), first_);
   uint32_t place = 0;
   for (int l = 1; l <= kHuffmanMaxBits; ++l) offset_[l] = place, place += count_[l];
-  used_ = place;
   // Longer codes follow the shorter ones in canonical order from a kFastBits-bit boundary on,
   // so their prefixes are consecutive: as many as their code space needs (rounded up).
   uint32_t long_space = 0;  // in units of the longest code
   for (int l = kFastBits + 1; l <= kHuffmanMaxBits; ++l) long_space += count_[l] << (kHuffmanMaxBits - l);
   long_size_ = 1 + size_t{kLongBlock} * ((long_space + kLongBlock - 1) / kLongBlock);
-  arena_.resize(kFastSize + kFastSize / 2 + (long_size_ + used_ + 1) / 2);
+  arena_.resize(kFastSize + kFastSize / 2 + (long_size_ + m + 1) / 2);
   multi_ = arena_.data();
   fast_ = reinterpret_cast<uint32_t*>(multi_ + kFastSize);
   long_ = fast_ + kFastSize;
@@ -277,26 +283,19 @@ Status HuffmanDecoder::ReadTable(ByteReader& r, uint32_t alphabet) {
   uint32_t next[4][kHuffmanMaxBits + 1];
   for (int l = 0; l <= kHuffmanMaxBits; ++l)
     for (size_t q = 0; q < 4; ++q) next[q][l] = q == 0 ? offset_[l] : next[q - 1][l] + ranges.quarter[q - 1][l];
-  const size_t per = ranges.per;
-  size_t i = 0;
-  for (; 3 * per + i < m; ++i) {
-    sorted_[next[0][len[i]]++] = sym[i];
-    sorted_[next[1][len[per + i]]++] = sym[per + i];
-    sorted_[next[2][len[2 * per + i]]++] = sym[2 * per + i];
-    sorted_[next[3][len[3 * per + i]]++] = sym[3 * per + i];
-  }
-  for (; i < per; ++i)
-    for (size_t q = 0; q < 3 && q * per + i < m; ++q) sorted_[next[q][len[q * per + i]]++] = sym[q * per + i];
+  InQuarters(m, ranges.per, [&](size_t q, size_t i) { sorted_[next[q][len[i]]++] = sym[i]; });
   // The fast table from the codes of up to kFastBits bits (in canonical order, the first ones);
   // entries that start a longer code or none stay 0.
   std::memset(fast_, 0, kFastSize * sizeof(uint32_t));
   for (int l = 1; l <= kFastBits; ++l)
     for (uint32_t p = offset_[l]; p < offset_[l] + count_[l]; ++p) {
       const uint32_t e = sorted_[p] << 4 | static_cast<uint32_t>(l);
-      for (uint32_t w = ReverseShortBits(first_[l] + p - offset_[l], l); w < kFastSize; w += 1u << l) fast_[w] = e;
+      for (uint32_t w = ShortCodeAt(l, p); w < kFastSize; w += 1u << l) fast_[w] = e;
     }
   return Status::Ok();
 }
+
+uint32_t HuffmanDecoder::ShortCodeAt(int l, uint32_t p) const { return ReverseShortBits(first_[l] + p - offset_[l], l); }
 
 void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   static_assert(kFastBits <= 15 && kHuffmanMaxSymbols <= (1u << 12));
@@ -323,7 +322,7 @@ void HuffmanDecoder::BuildMultiTable(uint32_t stop) {
   for (int l = 1; l <= kFastBits; ++l) {
     from[0][static_cast<size_t>(l)] = n;
     for (uint32_t p = offset_[l]; p < offset_[l] + count_[l]; ++p)
-      if (sorted_[p] < stop) seq[0][n++] = {ReverseShortBits(first_[l] + p - offset_[l], l), sorted_[p]};
+      if (sorted_[p] < stop) seq[0][n++] = {ShortCodeAt(l, p), sorted_[p]};
   }
   from[0][kFastBits + 1] = n;
   const Sequence* const codes = seq[0].data();

@@ -146,6 +146,8 @@ class HuffmanDecoder {
   // Entries of long_ per kFastBits-bit prefix of longer codes.
   static constexpr uint32_t kLongBlock = 1u << (kHuffmanMaxBits - kFastBits);
   uint32_t GetLong(BitReader& r) const;
+  // The code of canonical place p, of length l <= kFastBits, as read (first bit lowest).
+  uint32_t ShortCodeAt(int l, uint32_t p) const;
   // The tables, in one allocation by ReadTable: decoders are made per payload, and a vector per
   // table (with the build's own vectors) took ~15 allocations and frees per table. Pointers into
   // arena_, whose heap block a move keeps. The set-up of the real 4.8 % pair's table (335
@@ -160,7 +162,6 @@ class HuffmanDecoder {
   uint32_t* long_ = nullptr;  // entry 0 (always 0), then a kLongBlock block per prefix of longer codes
   size_t long_size_ = 0;
   uint32_t* sorted_ = nullptr;  // the used symbols by code length, then value: canonical order
-  uint32_t used_ = 0;           // symbols with a code
   // Per length l: the first canonical code (MSB-first), the number of codes, and where their
   // symbols start in sorted_.
   uint32_t first_[kHuffmanMaxBits + 1] = {}, count_[kHuffmanMaxBits + 1] = {}, offset_[kHuffmanMaxBits + 1] = {};
