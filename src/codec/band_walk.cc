@@ -51,13 +51,6 @@ bool PrefetchesTiles(std::span<const ContextSegment> segs) {
   return bytes >= kPrefetchTilesMinBytes;
 }
 
-// The band of each class value.
-std::array<uint8_t, 256> BandTable(const ContextBands& bands) {
-  std::array<uint8_t, 256> band{};
-  for (uint32_t c = 0; c < 256; ++c) band[c] = static_cast<uint8_t>(bands.BandOf(c));
-  return band;
-}
-
 // A band's members before each word of the tile: out[wd] = rows.BandBefore(b, wd) for
 // wd <= kTileWords (past the tile's words, the band's total in the tile), read once per band and
 // tile instead of twice per change or word.
@@ -69,105 +62,170 @@ HWY_INLINE void BandCountsBefore(const TileRows& rows, size_t b, int16_t* out) {
   out[kTileWords] = static_cast<int16_t>(rows.BandBefore(b, kTileWords));
 }
 
-// How the encoder reads band b's mask of word wd and its members in the tile before that word:
-// straight from the rows (two rows and two prefix counts per change), or from TileBandMasks.
-struct RowsLookup {
-  const TileRows& rows;
-  uint64_t Mask(size_t b, size_t wd) const { return rows.Band(b, wd); }
-  int32_t Before(size_t b, size_t wd) const { return rows.BandBefore(b, wd); }
-};
-
-// A tile's band masks and counts laid out so that a change reads one of each: band b's mask of
-// word wd at mask[wd * kMaxContextBands + b] (row b & ~row b + 1), its members before word wd at
-// before[b][wd]. Made in a few vector steps per word: for tiles with more changes than words.
-// The real pairs' walks, one thread on a Zen 5: 0.93 of the time at 4.5 % change, but 1.1-1.15
-// at 0.4-1.4 % made for every tile.
-struct TileBandMasks {
+// A tile's band masks and each band's ordinal before each word, in [word][band] order, so that a
+// change reads both at one index: mask[wd * kMaxContextBands + b] (row b & ~row b + 1) and
+// before[wd * kMaxContextBands + b], band b's members before word wd counted from the part's
+// start. For tiles with more changes than words.
+struct TileBandOrdinals {
   alignas(64) uint64_t mask[kTileWords * kMaxContextBands];
-  HWY_ALIGN int16_t before[kMaxContextBands][kPreStride];
-  void Load(const TileRows& rows, size_t k) {
+  alignas(64) uint64_t before[kTileWords * kMaxContextBands];
+  // From the rows of a tile whose first element is member run[b] of band b.
+  void Load(const TileRows& rows, const BandWords& run) {
     const hn::CappedTag<uint64_t, kMaxContextBands> d;
-    const size_t n = hn::Lanes(d);
-    for (size_t wd = 0; wd < rows.words; ++wd) {
-      const uint64_t* w = rows.w + wd * kRowSlots;
-      for (size_t b = 0; b < kMaxContextBands; b += n)  // past k, rows are zero and so are the masks
-        hn::Store(hn::AndNot(hn::LoadU(d, w + b + 1), hn::Load(d, w + b)), d, mask + wd * kMaxContextBands + b);
+    const size_t n = hn::Lanes(d), words = rows.words;
+    for (size_t b = 0; b < kMaxContextBands; b += n) {  // past k, rows are zero and so are the masks
+      auto sum = hn::LoadU(d, run.data() + b);
+      for (size_t wd = 0; wd < words; ++wd) {
+        const uint64_t* w = rows.w + wd * kRowSlots;
+        const auto m = hn::AndNot(hn::LoadU(d, w + b + 1), hn::Load(d, w + b));
+        hn::Store(m, d, mask + wd * kMaxContextBands + b);
+        hn::Store(sum, d, before + wd * kMaxContextBands + b);
+        sum = hn::Add(sum, hn::PopulationCount(m));
+      }
     }
-    for (size_t b = 0; b < k; ++b) BandCountsBefore(rows, b, before[b]);
   }
-  uint64_t Mask(size_t b, size_t wd) const { return mask[wd * kMaxContextBands + b]; }
-  int32_t Before(size_t b, size_t wd) const { return before[b][wd]; }
 };
 
-// Encoder state across tiles: per band, the elements before the tile, the ordinal a change
-// would take with gap 0 counted from the tile's first member (modulo 2^64: it goes below zero
-// once the tile ends), and where its next gap goes.
-struct EncodeCursor {
-  BandWords run{}, next{};
-  std::array<uint64_t*, kMaxContextBands> out{};
-};
+// The first change of [pos, end) (ascending) at or past `tile_end`, where *pos lies in a tile of
+// `words` words: by a linear scan where the tile has at most `words` changes, else by a
+// branch-free binary search of the (at most kMaskTileElements) entries past them.
+HWY_INLINE const uint32_t* TileStop(const uint32_t* pos, const uint32_t* end, size_t words, uint64_t tile_end) {
+  if (static_cast<size_t>(end - pos) <= words || pos[words] >= tile_end) {
+    while (pos != end && *pos < tile_end) ++pos;
+    return pos;
+  }
+  const uint32_t* lo = pos + words + 1;
+  for (size_t n = std::min<size_t>(static_cast<size_t>(end - lo), kMaskTileElements); n > 0;) {
+    const size_t half = n / 2;
+    const bool before = lo[half] < tile_end;
+    lo = before ? lo + half + 1 : lo;
+    n = before ? n - half - 1 : half;
+  }
+  return lo;
+}
 
-// One tile of `words` words: every change takes its ordinal from the band's members before the
-// tile and before its word and one popcount, with no loop over words. `lookup`: RowsLookup or
-// TileBandMasks. kShift/kMask: the class function when known at compile time (BF16), else
-// kMask == 0 and f's.
-template <typename U, int kShift, uint64_t kMask, typename Lookup>
-const uint32_t* EncodeTile(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, size_t words,
-                           const Lookup& lookup, const std::array<uint8_t, 256>& band_of, const uint32_t* pos,
-                           const uint32_t* end, EncodeCursor* cur) {
-  const uint64_t tile_end = tile + 64 * words;
+// The band of an element of type U: by f, or (kMask != 0, BF16) by its bits >> kShift, the
+// sign with the class, from a table of 512 entries.
+template <typename U, int kShift, uint64_t kMask>
+HWY_INLINE size_t BandOfElement(const uint8_t* band_of, const ContextClassFn& f, U v) {
+  if constexpr (kMask != 0) {
+    static_assert(sizeof(U) * 8 - kShift <= 9 && kMask == 0xff);
+    return band_of[static_cast<uint32_t>(v) >> kShift];
+  } else {
+    return band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> f.shift) & f.mask)];
+  }
+}
+
+// Where the encoder walk puts each band's ordinals: out[b] is band b's next slot.
+using BandOut = std::array<uint64_t*, kMaxContextBands>;
+
+// The changes [pos, stop) of a tile: each change's ordinal is tb.before + one popcount at one
+// index; it goes to its band's next slot.
+template <typename U, int kShift, uint64_t kMask>
+void EncodeTileByOrdinals(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileBandOrdinals& tb,
+                     const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop, BandOut* out) {
   const uint8_t* base = seg.base.data();  // in locals: the stores below might alias the members
-  const int shift = kMask != 0 ? kShift : f.shift;
-  const uint64_t class_mask = kMask != 0 ? kMask : f.mask;
-  for (; pos != end && *pos < tile_end; ++pos) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // The bands' next slots, counted from band 0's, in the lanes of a vector: a change's slot is a
+  // permute away and the update a masked add, with no store and reload of the band's pointer in
+  // the chain of consecutive changes of one band (which took ~6 cycles per change).
+  alignas(32) uint32_t slot[kMaxContextBands];
+  uint64_t* const out0 = (*out)[0];
+  uint64_t widest = 0;
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
+    const auto d = static_cast<uint64_t>((*out)[b] - out0);
+    slot[b] = static_cast<uint32_t>(d);
+    widest = std::max(widest, d);
+  }
+  if (widest + kMaskTileElements <= UINT32_MAX) {  // always, unless a payload has 2^32 changes
+    __m256i slots = _mm256_load_si256(reinterpret_cast<const __m256i*>(slot));
+    const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), one = _mm256_set1_epi32(1);
+    for (; pos != stop; ++pos) {
+      U v;
+      std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
+      const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
+      const uint64_t p = *pos - tile, i = (p >> 6) * kMaxContextBands + b;
+      const uint64_t below = tb.mask[i] & ((uint64_t{1} << (p & 63)) - 1);
+      const __m256i bv = _mm256_set1_epi32(static_cast<int32_t>(b));
+      out0[static_cast<uint32_t>(_mm256_cvtsi256_si32(_mm256_permutexvar_epi32(bv, slots)))] =
+          tb.before[i] + static_cast<uint64_t>(PopCount64(below));
+      slots = _mm256_mask_add_epi32(slots, _mm256_cmpeq_epi32_mask(bv, lane), slots, one);
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(slot), slots);
+    for (size_t b = 0; b < kMaxContextBands; ++b) (*out)[b] = out0 + slot[b];
+    return;
+  }
+#endif
+  for (; pos != stop; ++pos) {
     U v;
     std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
-    const size_t b = band_of[static_cast<size_t>((static_cast<uint64_t>(v) >> shift) & class_mask)];
+    const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
+    const uint64_t p = *pos - tile, i = (p >> 6) * kMaxContextBands + b;
+    const uint64_t below = tb.mask[i] & ((uint64_t{1} << (p & 63)) - 1);
+    *(*out)[b]++ = tb.before[i] + static_cast<uint64_t>(PopCount64(below));
+  }
+}
+
+// The changes [pos, stop) of a tile with at most as many changes as words, straight from `rows`
+// (two rows and two prefix counts per change); the tile's first element is member run[b].
+template <typename U, int kShift, uint64_t kMask>
+void EncodeTileByRows(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
+                      const BandWords& run, const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop,
+                      BandOut* out) {
+  const uint8_t* base = seg.base.data();
+  for (; pos != stop; ++pos) {
+    U v;
+    std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
+    const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
     const uint64_t p = *pos - tile, wd = p >> 6;
-    const uint64_t below = lookup.Mask(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
-    const uint64_t ordinal = static_cast<uint64_t>(lookup.Before(b, wd) + PopCount64(below));  // from the tile's first
-    *cur->out[b]++ = ordinal - cur->next[b];
-    cur->next[b] = ordinal + 1;
+    const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
+    *(*out)[b]++ = run[b] + static_cast<uint64_t>(rows.BandBefore(b, wd) + PopCount64(below));
   }
-  return pos;
 }
 
-// EncodeTile for elements of `width` bytes, with the lookup that suits the tile's change count.
-const uint32_t* EncodeTileAnyWidth(const ContextSegment& seg, const ContextClassFn& f, uint32_t width, uint64_t tile,
-                                   const TileRows& rows, size_t k, TileBandMasks* tb,
-                                   const std::array<uint8_t, 256>& band_of, const uint32_t* pos, const uint32_t* end,
-                                   EncodeCursor* cur) {
-  // BF16 with its shift and mask as constants: GCC spilled them from the per-change loop.
-  const bool bf16 = width == 2 && f.shift == kBF16Class.shift && f.mask == kBF16Class.mask;
-  auto with = [&](const auto& lookup) {
-    switch (width) {
-      case 1: return EncodeTile<uint8_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      case 2:
-        return bf16 ? EncodeTile<uint16_t, kBF16Class.shift, kBF16Class.mask>(seg, f, tile, rows.words, lookup, band_of,
-                                                                            pos, end, cur)
-                    : EncodeTile<uint16_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      case 4: return EncodeTile<uint32_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-      default: return EncodeTile<uint64_t, 0, 0>(seg, f, tile, rows.words, lookup, band_of, pos, end, cur);
-    }
-  };
-  const uint64_t tile_end = tile + 64 * rows.words;
-  if (static_cast<size_t>(end - pos) > rows.words && pos[rows.words] < tile_end) {  // more changes than words
-    tb->Load(rows, k);
-    return with(*tb);
+// Calls fn.template operator()<U, kShift, kMask>() for elements of `width` bytes: BF16 with its
+// class function's shift and mask as constants (GCC spilled them from the per-change loops).
+template <typename Fn>
+HWY_INLINE void WithElementType(uint32_t width, const ContextClassFn& f, Fn&& fn) {
+  switch (width) {
+    case 1: fn.template operator()<uint8_t, 0, 0>(); break;
+    case 2:
+      if (f.shift == kBF16Class.shift && f.mask == kBF16Class.mask)
+        fn.template operator()<uint16_t, kBF16Class.shift, kBF16Class.mask>();
+      else
+        fn.template operator()<uint16_t, 0, 0>();
+      break;
+    case 4: fn.template operator()<uint32_t, 0, 0>(); break;
+    default: fn.template operator()<uint64_t, 0, 0>(); break;
   }
-  return with(RowsLookup{rows});
 }
 
-// EncodeBandWalk of band_walk.h, for this target.
+// Band ordinals (ascending) to gaps in place: g[0] = o[0], g[i] = o[i] - o[i - 1] - 1.
+void OrdinalsToGaps(uint64_t* o, size_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t lanes = hn::Lanes(d);
+  const auto one = hn::Set(d, 1);
+  size_t i = n;
+  for (; i >= lanes + 1; i -= lanes)  // from the back: each step reads ordinals not yet replaced
+    hn::StoreU(hn::Sub(hn::Sub(hn::LoadU(d, o + i - lanes), hn::LoadU(d, o + i - lanes - 1)), one), d,
+               o + i - lanes);
+  for (; i > 1; --i) o[i - 1] = o[i - 1] - o[i - 2] - 1;
+}
+
+// EncodeBandWalk of band_walk.h, for this target. Each band's ordinals (counted from the part's
+// start) go to its slots as the changes come, then become gaps in one pass per band: with no
+// previous ordinal per band in the per-change chain.
 EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<const std::span<const uint32_t>> positions,
                              const ContextBands& bands, const BandWords& offset, uint64_t* gaps,
                              const EncodeWalkPart& part) {
   const size_t k = static_cast<size_t>(bands.k);
-  const std::array<uint8_t, 256> band_of = BandTable(bands);
-  EncodeCursor cur;
-  for (size_t b = 0; b < kMaxContextBands; ++b) cur.out[b] = gaps + offset[b];
+  std::array<uint8_t, 512> band_of{};  // by class, or by BF16 bits >> 7 (BandOfElement)
+  for (uint32_t c = 0; c < 512; ++c) band_of[c] = static_cast<uint8_t>(bands.BandOf(c & 0xff));
+  BandOut out;
+  for (size_t b = 0; b < kMaxContextBands; ++b) out[b] = gaps + offset[b];
+  BandWords run{};  // per band, the members before the tile
   TileRows rows;
-  TileBandMasks tb;
+  TileBandOrdinals tb;
   TileClassifiers classifiers(bands);
   const bool prefetch = PrefetchesTiles(segs);
   for (size_t s = part.from_seg; s < part.seg_end; ++s) {
@@ -180,20 +238,40 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
     const uint32_t* end = pos + positions[s].size();
     for (uint64_t tile = s == part.from_seg ? part.from_elem : 0; tile < n; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
+      const size_t words = (tn + 63) / 64;
+      const uint32_t* stop = TileStop(pos, end, words, tile + tn);
+      // A whole tile that the GFNI kernel classifies: straight to its band ordinals. (Through its
+      // rows and their prefix counts, context encodes of the real pairs, two threads, took
+      // 1.03-1.12x as long at 0.4-5 % change.)
+      if (tn == kMaskTileElements && GfniClassifies(classes.gfni)) {
+        GfniTileBandOrdinalsAnyClamp(segs[s].base.data() + tile * w, f, classes.gfni, tb.mask, tb.before, run.data());
+        if (prefetch) PrefetchNextTile(segs[s], w, tile, n);
+        WithElementType(w, f, [&]<typename U, int kShift, uint64_t kMask>() {
+          EncodeTileByOrdinals<U, kShift, kMask>(segs[s], f, tile, tb, band_of.data(), pos, stop, &out);
+        });
+        pos = stop;
+        continue;
+      }
       LoadTileRows(segs[s], classes, tile, tn, &rows);
       if (prefetch) PrefetchNextTile(segs[s], w, tile, n);
-      if (pos != end && *pos < tile + tn)
-        pos = EncodeTileAnyWidth(segs[s], f, w, tile, rows, k, &tb, band_of, pos, end, &cur);
-      for (size_t b = 0; b < k; ++b) {
-        const auto members = static_cast<uint64_t>(rows.BandBefore(b, rows.words));
-        cur.run[b] += members;
-        cur.next[b] -= members;  // counted from the next tile's first member
-      }
+      const bool dense = static_cast<size_t>(stop - pos) > words;  // then a table per tile pays
+      if (dense) tb.Load(rows, run);
+      WithElementType(w, f, [&]<typename U, int kShift, uint64_t kMask>() {
+        if (dense)
+          EncodeTileByOrdinals<U, kShift, kMask>(segs[s], f, tile, tb, band_of.data(), pos, stop, &out);
+        else
+          EncodeTileByRows<U, kShift, kMask>(segs[s], f, tile, rows, run, band_of.data(), pos, stop, &out);
+      });
+      pos = stop;
+      for (size_t b = 0; b < k; ++b) run[b] += static_cast<uint64_t>(rows.BandBefore(b, rows.words));
     }
   }
   EncodeWalkEnd done;
-  done.population = cur.run;
-  for (size_t b = 0; b < kMaxContextBands; ++b) done.written[b] = static_cast<uint64_t>(cur.out[b] - (gaps + offset[b]));
+  done.population = run;
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
+    done.written[b] = static_cast<uint64_t>(out[b] - (gaps + offset[b]));
+    OrdinalsToGaps(gaps + offset[b], done.written[b]);
+  }
   return done;
 }
 

@@ -105,41 +105,76 @@ inline GfniClassTable MakeGfniClassTable(const ContextClassFn& f, uint32_t width
 // were tried, 24 to 48 were alike). Prefetches never fault, so the end of a segment needs no case.
 constexpr size_t kPrefetchWords = 32;
 
+// Index vectors of the GFNI kernels: the element gather and bit transpose of a word's
+// classification, and the 16-bit permutes that transpose 8 words' running row counts.
+struct GfniIndex {
+  uint8_t gather[64], transpose[64];
+  uint16_t pair[32], quad[32], lo[32], hi[32];
+};
+constexpr GfniIndex kGfniIndex = [] {
+  GfniIndex x{};
+  for (int p = 0; p < 64; ++p) x.gather[p] = static_cast<uint8_t>(2 * (8 * (p / 8) + 7 - p % 8));
+  for (int r = 0; r < 8; ++r)
+    for (int q = 0; q < 8; ++q) x.transpose[8 * r + q] = static_cast<uint8_t>(8 * q + r);
+  // 16-bit lanes; lane 4r of a running-sum vector is row r's count; 32 + i: the second source.
+  for (int r = 0; r < 8; ++r)
+    for (int s = 0; s < 2; ++s) x.pair[2 * r + s] = static_cast<uint16_t>(4 * r + 32 * s);
+  for (int r = 0; r < 8; ++r)
+    for (int q = 0; q < 4; ++q) x.quad[4 * r + q] = static_cast<uint16_t>(2 * r + q % 2 + 32 * (q / 2));
+  for (int r = 0; r < 4; ++r)
+    for (int q = 0; q < 8; ++q) {
+      x.lo[8 * r + q] = static_cast<uint16_t>(4 * r + q % 4 + 32 * (q / 4));
+      x.hi[8 * r + q] = static_cast<uint16_t>(4 * (r + 4) + q % 4 + 32 * (q / 4));
+    }
+  return x;
+}();
+
+// One word's classification by the GFNI kernel: Rows(p) is a vector whose qword r is row r's
+// mask of the 64 elements at p (which it also prefetches kPrefetchWords words ahead). Its
+// constants live in registers across a kernel's loop.
+template <bool kClamp, bool kMaskClass>
+struct GfniWordRows {
+  __m512i gather, transpose, t0, t1, t2, t3, mask, base, top, unit;
+  __m128i count;
+  DCR_GFNI_ATTR HWY_INLINE GfniWordRows(int shift, uint8_t class_mask, const GfniClassTable& g)
+      : gather(_mm512_loadu_si512(kGfniIndex.gather)),
+        transpose(_mm512_loadu_si512(kGfniIndex.transpose)),
+        t0(_mm512_load_si512(g.bits)),
+        t1(_mm512_load_si512(g.bits + 64)),
+        t2(_mm512_load_si512(g.bits + 128)),
+        t3(_mm512_load_si512(g.bits + 192)),
+        mask(_mm512_set1_epi8(static_cast<char>(class_mask))),
+        base(_mm512_set1_epi8(static_cast<char>(g.base))),
+        top(_mm512_set1_epi8(127)),
+        unit(_mm512_set1_epi64(static_cast<int64_t>(0x8040201008040201ull))),
+        count(_mm_cvtsi32_si128(shift)) {}
+  DCR_GFNI_ATTR HWY_INLINE __m512i Rows(const uint16_t* p) const {
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * kPrefetchWords), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * kPrefetchWords + 32), _MM_HINT_T0);
+    const __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(p), count);
+    const __m512i hi = _mm512_srl_epi16(_mm512_loadu_si512(p + 32), count);
+    __m512i c = _mm512_permutex2var_epi8(lo, gather, hi);
+    if constexpr (kMaskClass) c = _mm512_and_si512(c, mask);
+    __m512i th;
+    if constexpr (kClamp) {
+      th = _mm512_permutex2var_epi8(t0, _mm512_min_epu8(_mm512_subs_epu8(c, base), top), t1);
+    } else {
+      th = _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), _mm512_permutex2var_epi8(t0, c, t1),
+                                  _mm512_permutex2var_epi8(t2, c, t3));
+    }
+    return _mm512_permutexvar_epi8(transpose, _mm512_gf2p8affine_epi64_epi8(unit, th, 0));
+  }
+};
+
 // Rows 0..7 of words [0, words) of `e` into rows->w, and rows 0..7 of rows->pre for those words.
 // kMaskClass: class_mask < 0xff (an AND per word; with BF16's 0xff, the kernel without it took
 // 0.87 of the time in a loop benchmark on a Zen 5).
 template <bool kClamp, bool kMaskClass>
 DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint8_t class_mask, const GfniClassTable& g,
                                 TileRows* rows) {
-  static constexpr auto kIndex = [] {
-    struct {
-      uint8_t gather[64], transpose[64];
-      uint16_t pair[32], quad[32], lo[32], hi[32];
-    } x{};
-    for (int p = 0; p < 64; ++p) x.gather[p] = static_cast<uint8_t>(2 * (8 * (p / 8) + 7 - p % 8));
-    for (int r = 0; r < 8; ++r)
-      for (int q = 0; q < 8; ++q) x.transpose[8 * r + q] = static_cast<uint8_t>(8 * q + r);
-    // 16-bit lanes; lane 4r of a running-sum vector is row r's count; 32 + i: the second source.
-    for (int r = 0; r < 8; ++r)
-      for (int s = 0; s < 2; ++s) x.pair[2 * r + s] = static_cast<uint16_t>(4 * r + 32 * s);
-    for (int r = 0; r < 8; ++r)
-      for (int q = 0; q < 4; ++q) x.quad[4 * r + q] = static_cast<uint16_t>(2 * r + q % 2 + 32 * (q / 2));
-    for (int r = 0; r < 4; ++r)
-      for (int q = 0; q < 8; ++q) {
-        x.lo[8 * r + q] = static_cast<uint16_t>(4 * r + q % 4 + 32 * (q / 4));
-        x.hi[8 * r + q] = static_cast<uint16_t>(4 * (r + 4) + q % 4 + 32 * (q / 4));
-      }
-    return x;
-  }();
-  const __m512i gather = _mm512_loadu_si512(kIndex.gather), transpose = _mm512_loadu_si512(kIndex.transpose);
-  const __m512i pair = _mm512_loadu_si512(kIndex.pair), quad = _mm512_loadu_si512(kIndex.quad);
-  const __m512i lo_rows = _mm512_loadu_si512(kIndex.lo), hi_rows = _mm512_loadu_si512(kIndex.hi);
-  const __m512i t0 = _mm512_load_si512(g.bits), t1 = _mm512_load_si512(g.bits + 64);
-  const __m512i t2 = _mm512_load_si512(g.bits + 128), t3 = _mm512_load_si512(g.bits + 192);
-  const __m512i mask = _mm512_set1_epi8(static_cast<char>(class_mask));
-  const __m512i base = _mm512_set1_epi8(static_cast<char>(g.base)), top = _mm512_set1_epi8(127);
-  const __m512i unit = _mm512_set1_epi64(static_cast<int64_t>(0x8040201008040201ull));
-  const __m128i count = _mm_cvtsi32_si128(shift);
+  const GfniWordRows<kClamp, kMaskClass> classify(shift, class_mask, g);
+  const __m512i pair = _mm512_loadu_si512(kGfniIndex.pair), quad = _mm512_loadu_si512(kGfniIndex.quad);
+  const __m512i lo_rows = _mm512_loadu_si512(kGfniIndex.lo), hi_rows = _mm512_loadu_si512(kGfniIndex.hi);
   __m512i sum = _mm512_setzero_si512();  // lane r: row r's set bits before the word
   for (size_t w0 = 0; w0 < words; w0 += 8) {
     const size_t n = std::min<size_t>(8, words - w0);
@@ -147,21 +182,7 @@ DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint
     for (size_t i = 0; i < 8; ++i) {
       before[i] = sum;
       if (i >= n) continue;
-      const uint16_t* p = e + 64 * (w0 + i);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * kPrefetchWords), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * kPrefetchWords + 32), _MM_HINT_T0);
-      const __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(p), count);
-      const __m512i hi = _mm512_srl_epi16(_mm512_loadu_si512(p + 32), count);
-      __m512i c = _mm512_permutex2var_epi8(lo, gather, hi);
-      if constexpr (kMaskClass) c = _mm512_and_si512(c, mask);
-      __m512i th;
-      if constexpr (kClamp) {
-        th = _mm512_permutex2var_epi8(t0, _mm512_min_epu8(_mm512_subs_epu8(c, base), top), t1);
-      } else {
-        th = _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), _mm512_permutex2var_epi8(t0, c, t1),
-                                    _mm512_permutex2var_epi8(t2, c, t3));
-      }
-      const __m512i v = _mm512_permutexvar_epi8(transpose, _mm512_gf2p8affine_epi64_epi8(unit, th, 0));
+      const __m512i v = classify.Rows(e + 64 * (w0 + i));
       _mm512_store_si512(rows->w + (w0 + i) * kRowSlots, v);
       sum = _mm512_add_epi64(sum, _mm512_popcnt_epi64(v));
     }
@@ -185,26 +206,66 @@ DCR_GFNI_ATTR void GfniTileRows(const uint16_t* e, size_t words, int shift, uint
   _mm512_store_si512(rows->kernel_totals, sum);
 }
 
+// Calls fn.template operator()<kClamp, kMaskClass>() for the GFNI kernel variant that suits
+// class function f and table g.
+template <typename Fn>
+HWY_INLINE void WithGfniVariant(const ContextClassFn& f, const GfniClassTable& g, Fn&& fn) {
+  if (static_cast<uint8_t>(f.mask) == 0xff) {
+    if (g.clamp)
+      fn.template operator()<true, false>();
+    else
+      fn.template operator()<false, false>();
+  } else {
+    if (g.clamp)
+      fn.template operator()<true, true>();
+    else
+      fn.template operator()<false, true>();
+  }
+}
+
 // The whole words of a tile by the GFNI kernel; returns them (0: not used here).
 inline size_t GfniTileRowsAnyClamp(const uint8_t* bytes, size_t tn, const ContextClassFn& f, const GfniClassTable& g,
                                    TileRows* rows) {
   if (!g.use) return 0;
   const size_t full = tn / 64;
-  const auto* e = reinterpret_cast<const uint16_t*>(bytes);
-  const auto class_mask = static_cast<uint8_t>(f.mask);
-  if (class_mask == 0xff) {
-    if (g.clamp)
-      GfniTileRows<true, false>(e, full, f.shift, class_mask, g, rows);
-    else
-      GfniTileRows<false, false>(e, full, f.shift, class_mask, g, rows);
-  } else {
-    if (g.clamp)
-      GfniTileRows<true, true>(e, full, f.shift, class_mask, g, rows);
-    else
-      GfniTileRows<false, true>(e, full, f.shift, class_mask, g, rows);
-  }
+  WithGfniVariant(f, g, [&]<bool kClamp, bool kMaskClass>() {
+    GfniTileRows<kClamp, kMaskClass>(reinterpret_cast<const uint16_t*>(bytes), full, f.shift,
+                                     static_cast<uint8_t>(f.mask), g, rows);
+  });
   return full;
 }
+
+// The encoder's view of a whole tile (kTileWords words of `e`): band b's mask of word wd
+// (row b & ~row b + 1) into mask[wd * kMaxContextBands + b], and run[b] + band b's members in the
+// words before wd into before[wd * kMaxContextBands + b]; run[b] then holds run[b] + the band's
+// members in the tile. (What the encoder's walk needs of a tile, without the rows and the
+// per-row prefix counts of GfniTileRows.)
+template <bool kClamp, bool kMaskClass>
+DCR_GFNI_ATTR void GfniTileBandOrdinals(const uint16_t* e, int shift, uint8_t class_mask, const GfniClassTable& g,
+                                        uint64_t* mask, uint64_t* before, uint64_t* run) {
+  static_assert(kMaxContextBands == 8, "a word's band masks are one vector");
+  const GfniWordRows<kClamp, kMaskClass> classify(shift, class_mask, g);
+  __m512i sum = _mm512_loadu_si512(run);
+  for (size_t wd = 0; wd < kTileWords; ++wd) {
+    const __m512i v = classify.Rows(e + 64 * wd);
+    // Lane b: row b & ~row b + 1 (past row 7, none).
+    const __m512i m = _mm512_andnot_si512(_mm512_alignr_epi64(_mm512_setzero_si512(), v, 1), v);
+    _mm512_store_si512(mask + wd * kMaxContextBands, m);
+    _mm512_store_si512(before + wd * kMaxContextBands, sum);
+    sum = _mm512_add_epi64(sum, _mm512_popcnt_epi64(m));
+  }
+  _mm512_storeu_si512(run, sum);
+}
+
+// GfniTileBandOrdinals for a whole tile at `bytes`, where GfniClassifies(g).
+inline void GfniTileBandOrdinalsAnyClamp(const uint8_t* bytes, const ContextClassFn& f, const GfniClassTable& g,
+                                         uint64_t* mask, uint64_t* before, uint64_t* run) {
+  WithGfniVariant(f, g, [&]<bool kClamp, bool kMaskClass>() {
+    GfniTileBandOrdinals<kClamp, kMaskClass>(reinterpret_cast<const uint16_t*>(bytes), f.shift,
+                                             static_cast<uint8_t>(f.mask), g, mask, before, run);
+  });
+}
+inline bool GfniClassifies(const GfniClassTable& g) { return g.use; }
 #undef DCR_GFNI_ATTR
 #else
 struct GfniClassTable {};
@@ -212,6 +273,9 @@ inline GfniClassTable MakeGfniClassTable(const ContextClassFn&, uint32_t, const 
 inline size_t GfniTileRowsAnyClamp(const uint8_t*, size_t, const ContextClassFn&, const GfniClassTable&, TileRows*) {
   return 0;
 }
+inline void GfniTileBandOrdinalsAnyClamp(const uint8_t*, const ContextClassFn&, const GfniClassTable&, uint64_t*,
+                                         uint64_t*, uint64_t*) {}
+inline bool GfniClassifies(const GfniClassTable&) { return false; }
 #endif
 
 // How a segment's elements fall into rows: its class function, element width and bands, and
