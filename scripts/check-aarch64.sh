@@ -26,11 +26,11 @@ CXX="aarch64-linux-gnu-g++ -std=c++20 -O2 -Isrc -DHWY_SHARED_DEFINE"
 SOURCES=(src/base/status.cc src/format/dtype.cc src/codec/diff.cc src/codec/simd_masks.cc src/codec/band_fit.cc
          src/codec/band_context.cc src/codec/band_parts.cc src/codec/band_decode_apply.cc src/codec/band_encode.cc src/codec/band_walk.cc src/codec/location_coding.cc src/codec/rice_gaps.cc src/codec/split_rice.cc src/codec/split_rice_encode.cc src/codec/second_part_walker.cc src/codec/value_coding.cc src/codec/value_decode.cc
          src/codec/value_symbols.cc src/codec/huffman.cc
-         src/codec/context_coding.cc src/codec/section_coding.cc src/codec/apply_changes.cc src/codec/payload_codec.cc
+         src/codec/context_coding.cc src/codec/section_coding.cc src/codec/apply_changes.cc src/codec/value_steps.cc src/codec/payload_codec.cc
          src/codec/payload_checksum.cc src/codec/payload_checksum_avx2.cc
          src/base/thread_pool.cc src/base/mapped_file.cc src/base/durable_file.cc src/base/crash_point.cc src/base/cache_evict.cc src/base/large_alloc.cc
          src/format/safetensors.cc src/format/checkpoint.cc src/protocol/state_digest.cc src/protocol/state_digest_simd.cc)
-TESTS=(codec/simd_masks_test codec/band_walk_test codec/split_rice_test codec/scalar_targets_test codec/codec_band_hostile_test codec/codec_context_test codec/codec_test codec/location_coding_test
+TESTS=(codec/simd_masks_test codec/band_walk_test codec/split_rice_test codec/scalar_targets_test codec/value_steps_test codec/codec_band_hostile_test codec/codec_context_test codec/codec_test codec/location_coding_test
        protocol/state_digest_test)
 # Parallel jobs; waiting on each by pid makes a failed one fail the script (set -e).
 objects=() pids=()

@@ -78,7 +78,7 @@ grep -q "big.bf16" "$WORK/out" || fail "inspect text lists no tensors"
 run_expect 0 "$DCR" inspect delta.dcr
 grep -q "changed" "$WORK/out" || fail "inspect text of a delta"
 
-note "inspect counts payloads per codec mode and value codec"
+note "inspect counts payloads per codec mode, value codec and value form"
 # A generated training step (BF16, Adam-like): context mode wins on it, unlike on the pair above.
 "$DCR_TESTDATA" chain --steps 1 --layers 2 --hidden 256 chain >/dev/null
 for codec in plain ctx; do
@@ -87,18 +87,21 @@ for codec in plain ctx; do
   "$PYTHON" -c '
 import json, sys
 j, codec = json.load(open(sys.argv[1])), sys.argv[2]
-modes, codecs, n = j["payload_modes"], j["value_codecs"], j["payloads"]
+modes, codecs, forms, n = j["payload_modes"], j["value_codecs"], j["value_forms"], j["payloads"]
 assert n >= 2, "expected several payloads with 1 MiB chunks: %d" % n
 assert sum(modes.values()) == n and sum(codecs.values()) == n, (modes, codecs, n)
 assert j["context_payloads"] == n - modes.get("plain", 0), (j["context_payloads"], modes)
+# Values are steps wherever context mode is allowed, in plain-mode payloads too.
 if codec == "plain":
     assert modes == {"plain": n}, modes
+    assert forms == {"as_kind": n}, forms
 else:
     assert j["context_payloads"] > 0, modes
+    assert forms == {"steps": n}, forms
 assert set(modes) <= {"plain", "context", "context_bands", "context_parts", "context_split_rice"}, modes
 assert set(codecs) <= {"planes_raw", "planes_zstd", "huffman", "huffman_streams"}, codecs' "$WORK/out" $codec ||
-    fail "inspect --json payload_modes/value_codecs of the $codec delta: $(cat "$WORK/out")"
+    fail "inspect --json payload_modes/value_codecs/value_forms of the $codec delta: $(cat "$WORK/out")"
   run_expect 0 "$DCR" inspect modes_$codec.dcr
-  grep -q "payload modes: .*; value codecs: " "$WORK/out" || fail "inspect text lists no payload modes ($codec)"
+  grep -q "payload modes: .*; value codecs: .*; value forms: " "$WORK/out" || fail "inspect text lists no payload modes ($codec)"
 done
 echo "PASS"

@@ -36,8 +36,8 @@ int InspectDelta(const std::string& path, bool json) {
   std::map<uint32_t, ValueKind> kind_per_tensor;
   uint64_t segments = 0;
   uint64_t context_payloads = 0;
-  // Payloads per codec mode and per value codec, by name (docs/format.md §2), in code order.
-  std::map<uint8_t, uint64_t> modes, value_codecs;
+  // Payloads per codec mode, value codec and value form, by name (docs/format.md §2), in code order.
+  std::map<uint8_t, uint64_t> modes, value_codecs, value_forms;
   for (size_t i = 0; i < h.payloads.size(); ++i) {
     PayloadLayout payload;
     Status s = ParsePayload(r->PayloadBytes(i), &payload);
@@ -45,6 +45,7 @@ int InspectDelta(const std::string& path, bool json) {
     context_payloads += NeedsOldBits(payload.mode);
     ++modes[static_cast<uint8_t>(payload.mode)];
     ++value_codecs[static_cast<uint8_t>(payload.val_codec)];
+    ++value_forms[static_cast<uint8_t>(payload.val_form)];
     for (size_t k = 0; k < payload.segments.size(); ++k) {
       const SegmentSpec& seg = payload.segments[k];
       if (seg.tensor_index >= h.tensors.size())
@@ -74,6 +75,9 @@ int InspectDelta(const std::string& path, bool json) {
     }
     return "codec_" + std::to_string(c);
   };
+  auto form_name = [](uint8_t f) -> std::string {
+    return static_cast<ValueForm>(f) == ValueForm::kSteps ? "steps" : "as_kind";  // ParsePayload refuses others
+  };
   auto counts_json = [](const std::map<uint8_t, uint64_t>& counts, const auto& name) {
     Json j = Json::object();
     for (const auto& [k, n] : counts) j[name(k)] = n;
@@ -97,6 +101,7 @@ int InspectDelta(const std::string& path, bool json) {
                {"transfer_id", h.transfer_id}, {"base_digest", h.base_digest.ToHex()},
                {"target_digest", h.target_digest.ToHex()}, {"payloads", h.payloads.size()}, {"context_payloads", context_payloads},
                {"payload_modes", counts_json(modes, mode_name)}, {"value_codecs", counts_json(value_codecs, codec_name)},
+               {"value_forms", counts_json(value_forms, form_name)},
                {"segments", segments},
                {"changed_elements", changed}, {"total_elements", total}, {"wire_bytes", r->file_size()},
                {"tensors", tensors}});
@@ -108,8 +113,8 @@ int InspectDelta(const std::string& path, bool json) {
               static_cast<unsigned long long>(context_payloads), static_cast<unsigned long long>(segments), HumanBytes(static_cast<double>(r->file_size())).c_str(),
               static_cast<unsigned long long>(changed),
               static_cast<unsigned long long>(total), total ? 100.0 * static_cast<double>(changed) / static_cast<double>(total) : 0.0);
-  std::printf("  payload modes: %s; value codecs: %s\n", counts_text(modes, mode_name).c_str(),
-              counts_text(value_codecs, codec_name).c_str());
+  std::printf("  payload modes: %s; value codecs: %s; value forms: %s\n", counts_text(modes, mode_name).c_str(),
+              counts_text(value_codecs, codec_name).c_str(), counts_text(value_forms, form_name).c_str());
   for (size_t i = 0; i < h.tensors.size(); ++i) {
     const auto& t = h.tensors[i];
     std::printf("  %-48s %-7s %-16s %llu changed\n", t.entry.name.c_str(), std::string(DTypeName(t.entry.dtype)).c_str(),
@@ -168,7 +173,8 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto inspect_args = std::make_shared<std::pair<std::string, bool>>();
   auto* inspect = app.add_subcommand("inspect", "Summarise a checkpoint, a state dir or a delta file.");
   inspect->footer(
-      "For a delta: its digests, its payloads per codec mode and value codec, and the changed elements\n"
+      "For a delta: its digests, its payloads per codec mode, value codec and value form (as_kind: XOR\n"
+      "masks or new bits; steps: differences from the old bits), and the changed elements\n"
       "of every tensor; every payload's checksum and tables are verified, its sections are not decoded.\n"
       "For a checkpoint: its files, dtypes and tensors; for a state dir or baseline: its version and\n"
       "any pending transfer.");

@@ -17,39 +17,49 @@ constexpr size_t kApplyAhead = 32;
 
 // The parameters are values, not a closure's references: the stores go through byte pointers,
 // which may alias anything the loop reads through memory, so those would be reloaded per change.
-template <class U, bool kXor, bool kPrefetch>
+template <class U, ApplyOp kOp, bool kPrefetch>
 void ApplyRun(uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
   for (size_t k = from; k < to; ++k) {
     if (kPrefetch && k + kApplyAhead < to) __builtin_prefetch(base + uint64_t{pos[k + kApplyAhead]} * sizeof(U), 1);
     uint8_t* dst = base + uint64_t{pos[k]} * sizeof(U);
     U v;
     std::memcpy(&v, vals + k * sizeof(U), sizeof(U));
-    if constexpr (kXor) {
+    if constexpr (kOp != ApplyOp::kStore) {
       U old;
       std::memcpy(&old, dst, sizeof(U));
-      v ^= old;
+      v = kOp == ApplyOp::kXor ? static_cast<U>(old ^ v)
+          : kOp == ApplyOp::kAdd ? static_cast<U>(old + v)
+                                 : static_cast<U>(old - v);
     }
     std::memcpy(dst, &v, sizeof(U));
   }
 }
 
+template <class U, ApplyOp kOp>
+void ApplyRunOf(bool prefetch, uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
+  prefetch ? ApplyRun<U, kOp, true>(base, vals, pos, from, to) : ApplyRun<U, kOp, false>(base, vals, pos, from, to);
+}
+
 template <class U>
-void ApplyRunOf(bool is_xor, bool prefetch, uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from, size_t to) {
-  if (is_xor)
-    prefetch ? ApplyRun<U, true, true>(base, vals, pos, from, to) : ApplyRun<U, true, false>(base, vals, pos, from, to);
-  else
-    prefetch ? ApplyRun<U, false, true>(base, vals, pos, from, to) : ApplyRun<U, false, false>(base, vals, pos, from, to);
+void ApplyRunOf(ApplyOp op, bool prefetch, uint8_t* base, const uint8_t* vals, const uint32_t* pos, size_t from,
+                size_t to) {
+  switch (op) {
+    case ApplyOp::kStore: return ApplyRunOf<U, ApplyOp::kStore>(prefetch, base, vals, pos, from, to);
+    case ApplyOp::kXor: return ApplyRunOf<U, ApplyOp::kXor>(prefetch, base, vals, pos, from, to);
+    case ApplyOp::kAdd: return ApplyRunOf<U, ApplyOp::kAdd>(prefetch, base, vals, pos, from, to);
+    case ApplyOp::kSubtract: return ApplyRunOf<U, ApplyOp::kSubtract>(prefetch, base, vals, pos, from, to);
+  }
 }
 
 }  // namespace
 
-void ApplyChangeRun(uint8_t* base, uint32_t width, bool is_xor, bool prefetch, const uint8_t* vals, const uint32_t* pos,
+void ApplyChangeRun(uint8_t* base, uint32_t width, ApplyOp op, bool prefetch, const uint8_t* vals, const uint32_t* pos,
                     size_t from, size_t to) {
   switch (width) {
-    case 1: ApplyRunOf<uint8_t>(is_xor, prefetch, base, vals, pos, from, to); break;
-    case 2: ApplyRunOf<uint16_t>(is_xor, prefetch, base, vals, pos, from, to); break;
-    case 4: ApplyRunOf<uint32_t>(is_xor, prefetch, base, vals, pos, from, to); break;
-    default: ApplyRunOf<uint64_t>(is_xor, prefetch, base, vals, pos, from, to); break;
+    case 1: ApplyRunOf<uint8_t>(op, prefetch, base, vals, pos, from, to); break;
+    case 2: ApplyRunOf<uint16_t>(op, prefetch, base, vals, pos, from, to); break;
+    case 4: ApplyRunOf<uint32_t>(op, prefetch, base, vals, pos, from, to); break;
+    default: ApplyRunOf<uint64_t>(op, prefetch, base, vals, pos, from, to); break;
   }
 }
 

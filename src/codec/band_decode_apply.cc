@@ -18,21 +18,29 @@ namespace {
 
 std::atomic<uint64_t> g_tails_handed_off{0};
 
-// XORs the changes in segment s's slots [from, to) onto their elements: applies them, or undoes
-// them once applied.
+// Applies the changes in segment s's slots [from, to) to their elements.
 void ApplySegmentSlots(std::span<const ContextSegment> segs, std::span<const std::span<uint32_t>> positions,
                        const WalkApply& apply, size_t s, uint64_t from, uint64_t to) {
   if (from < to)
-    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), true, false, apply.xor_values[s], positions[s].data(), from, to);
+    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), apply.op(), false, apply.values[s], positions[s].data(), from,
+                   to);
 }
 
-// The same for payload-order slots [from, to), across segments.
-void ApplyPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegment> segs,
-                       std::span<const std::span<uint32_t>> positions, const WalkApply& apply, uint64_t from, uint64_t to) {
+// Takes back the applied changes in segment s's slots [from, to).
+void UndoSegmentSlots(std::span<const ContextSegment> segs, std::span<const std::span<uint32_t>> positions,
+                      const WalkApply& apply, size_t s, uint64_t from, uint64_t to) {
+  if (from < to)
+    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), apply.undo(), false, apply.values[s], positions[s].data(),
+                   from, to);
+}
+
+// The same for applied payload-order slots [from, to), across segments.
+void UndoPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegment> segs,
+                      std::span<const std::span<uint32_t>> positions, const WalkApply& apply, uint64_t from, uint64_t to) {
   for (size_t s = 0; s < segs.size() && from < to; ++s) {
     const uint64_t first = decoder.SegmentFirst(s), end = decoder.SegmentFirst(s + 1);
     if (end <= from || first >= to) continue;
-    ApplySegmentSlots(segs, positions, apply, s, std::max(from, first) - first, std::min(to, end) - first);
+    UndoSegmentSlots(segs, positions, apply, s, std::max(from, first) - first, std::min(to, end) - first);
   }
 }
 
@@ -57,7 +65,7 @@ Status DecodeApplyOnOneThread(const PartDecoder& decoder, std::span<const Contex
       if (applied[q].empty()) continue;  // part p's ordinals failed: nothing of it was applied
       for (size_t s = 0; s < segs.size(); ++s) {
         const uint64_t from = decoder.FirstSlot(q, s);
-        ApplySegmentSlots(segs, positions, apply, s, from, from + applied[q][s]);
+        UndoSegmentSlots(segs, positions, apply, s, from, from + applied[q][s]);
       }
     }
     return status;
@@ -211,7 +219,7 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
         q.slot_lo[s] = std::clamp(lo, first, end) - first;
         q.slot_hi[s] = std::clamp(hi, first, end) - first;
       }
-      const WalkApply bounded{apply.to, apply.xor_values, q.slot_lo, q.slot_hi};
+      const WalkApply bounded{apply.to, apply.values, apply.steps, q.slot_lo, q.slot_hi};
       q.walked = true;
       q.status = decoder.Walk(p, ord, &bounded, &q.filled);
       if (std::this_thread::get_id() != caller) CountBandPartDecodedByHelper();
@@ -244,11 +252,11 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
     const Part& q = part[p];
     if (q.applied_all) {
       const auto [c0, c1] = part_changes(p);
-      ApplyPayloadSlots(decoder, segs, positions, apply, c0, c1);
+      UndoPayloadSlots(decoder, segs, positions, apply, c0, c1);
     } else if (q.walked) {  // its filled slots within its bounds
       for (size_t s = 0; s < nseg; ++s)
-        apply_slots(s, std::max(decoder.FirstSlot(p, s), q.slot_lo[s]),
-                    std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]));
+        UndoSegmentSlots(segs, positions, apply, s, std::max(decoder.FirstSlot(p, s), q.slot_lo[s]),
+                         std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]));
     }
   }
   return error;

@@ -614,7 +614,7 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
           from = std::max<size_t>(from, apply->slot_lo[s]);
           to = std::min<size_t>(to, apply->slot_hi[s]);
         }
-        if (from < to) ApplyChangeRun(apply->to[s], w, true, false, apply->xor_values[s], first, from, to);
+        if (from < to) ApplyChangeRun(apply->to[s], w, apply->op(), false, apply->values[s], first, from, to);
       }
     }
     (*filled)[s] = room_of[s] - room;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/reused_buffer.h"
+#include "codec/apply_changes.h"
 #include "codec/band_fit.h"
 #include "codec/context_coding.h"
 #include "codec/simd_masks.h"
@@ -64,14 +65,18 @@ struct WalkPart {
 };
 
 // DecodeBandWalk's optional apply (DecodeApplyPayload): as soon as a tile's positions are
-// placed, each change's XOR mask goes onto its element while the tile's old bits are still in
-// this core's cache. Per segment s: to[s], the bytes of its elements (those segs[s].base reads,
-// or memory no segment's base reads), and xor_values[s], its changes' masks in slot order
-// (width bytes each). The walk reads a tile's old bits before it applies the tile's changes and
-// never reads them again, so `to` may be the very bytes `base` reads.
+// placed, each change's value goes onto its element while the tile's old bits are still in this
+// core's cache. Per segment s: to[s], the bytes of its elements (those segs[s].base reads, or
+// memory no segment's base reads), and values[s], its changes' XOR masks in slot order (width
+// bytes each), or with `steps` their wrapping differences (value_steps.h), which are added. The
+// walk reads a tile's old bits before it applies the tile's changes and never reads them again,
+// so `to` may be the very bytes `base` reads.
 struct WalkApply {
   std::span<uint8_t* const> to;
-  std::span<const uint8_t* const> xor_values;
+  std::span<const uint8_t* const> values;
+  bool steps = false;
+  ApplyOp op() const { return steps ? ApplyOp::kAdd : ApplyOp::kXor; }
+  ApplyOp undo() const { return steps ? ApplyOp::kSubtract : ApplyOp::kXor; }
   // If not empty: per segment, only the changes in slots [slot_lo[s], slot_hi[s]) are applied
   // (the others' values may not be decoded yet); *filled still counts every position written.
   std::span<const uint64_t> slot_lo, slot_hi;

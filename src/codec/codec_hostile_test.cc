@@ -308,8 +308,10 @@ TEST(HostilePayload, ResignedBadHeaderFieldsAreCorrupt) {
       {"value stored max", kValStored, UINT64_MAX, 8},
   };
   for (const Case& c : cases) EXPECT_EQ(DecodeCode(Edited(p, c.off, c.value, c.bytes)), StatusCode::kCorrupt) << c.what;
-  for (size_t i = kReserved16; i < kLocRaw; ++i)
+  for (size_t i = kReserved8; i < kLocRaw; ++i)
     EXPECT_EQ(DecodeCode(Edited(p, i, 1, 1)), StatusCode::kCorrupt) << "reserved byte " << i;
+  for (uint64_t form : {2, 3, 255})
+    EXPECT_EQ(DecodeCode(Edited(p, kValForm, form, 1)), StatusCode::kCorrupt) << "value form " << form;
   // Moving the boundary between the sections keeps their total but breaks both.
   auto q = p;
   StoreLe(q.data() + kLocStored, loc_stored + 1, 8);
@@ -627,7 +629,7 @@ TEST(HostilePayload, ArbitraryBytesWithAValidChecksumAreRefusedOrWellFormed) {
       q[kBlockLog2] = static_cast<uint8_t>(3 + rng() % 8);
       q[kLocCodec] = 0;
       q[kValCodec] = static_cast<uint8_t>(rng() % 4);  // raw planes, zstd planes, Huffman in one or in streams
-      StoreLe(q.data() + kReserved16, 0, 6);
+      StoreLe(q.data() + kValForm, 0, 6);
       const uint64_t body = q.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
       const uint64_t t = body == 0 ? 0 : rng() % (body + 1), l = body - t == 0 ? 0 : rng() % (body - t + 1);
       StoreLe(q.data() + kSegments, 1 + rng() % 3, 4);

@@ -391,16 +391,22 @@ TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
   for (int i = 0; i < 7; ++i)
     cases.push_back(MakeCase(i % 3 == 0 ? DType::kF32 : DType::kBF16, ValueKind::kXor, 500 + rng() % 20000,
                              std::array<double, 3>{0.005, 0.05, 0.3}[i % 3], i % 2 == 1, rng));
-  std::vector<ChangeSet> sets(cases.size());
-  for (size_t i = 0; i < cases.size(); ++i)
-    DiffElements(SegmentBytes(cases[i].base, cases[i]), SegmentBytes(cases[i].next, cases[i]), DTypeWidth(cases[i].dtype),
-                 cases[i].kind, &sets[i]);
-  const std::vector<ChangeSet> before = sets;
+  // The changes in each value form: as their kind (plain-only payloads), as steps (context).
+  std::vector<ChangeSet> by_form[2];
+  for (ValueForm form : {ValueForm::kAsKind, ValueForm::kSteps}) {
+    std::vector<ChangeSet>& sets = by_form[static_cast<int>(form)];
+    sets.resize(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i)
+      DiffElements(SegmentBytes(cases[i].base, cases[i]), SegmentBytes(cases[i].next, cases[i]),
+                   DTypeWidth(cases[i].dtype), cases[i].kind, &sets[i], {}, form);
+  }
+  const std::vector<ChangeSet> before[2] = {by_form[0], by_form[1]};
   // how[i]: 0 AddDiff, 1 copied, 2 kept, 3 kept with its values counted into a handed tally.
   auto encode = [&](EncodeOptions::Context context, int threads, const std::vector<int>& how) {
     EncodeOptions opt;
     opt.context = context;
     PayloadBuilder b(opt);
+    const std::vector<ChangeSet>& sets = by_form[static_cast<int>(opt.value_form())];
     ValueTally handed;
     if (std::count(how.begin(), how.end(), 3) > 0) b.AddValueTally(&handed);
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -435,9 +441,11 @@ TEST(PayloadBuilder, KeptChangesGiveTheBytesOfCopiedOnes) {
                   }).ok()) << what;
       for (size_t i = 0; i < cases.size(); ++i) ExpectSegmentMatches(d.segments[i], cases[i], static_cast<uint32_t>(i), what);
     }
-  for (size_t i = 0; i < sets.size(); ++i) {
-    EXPECT_EQ(sets[i].positions, before[i].positions) << "segment " << i;
-    EXPECT_EQ(sets[i].values, before[i].values) << "segment " << i;
+  for (int form = 0; form < 2; ++form) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(by_form[form][i].positions, before[form][i].positions) << "segment " << i;
+      EXPECT_EQ(by_form[form][i].values, before[form][i].values) << "segment " << i;
+    }
   }
 }
 
@@ -483,7 +491,7 @@ TEST(PayloadBuilderDeathTest, ASegmentNotCountedAheadIsAnInvariantViolation) {
     PayloadBuilder b(opt);
     b.CountFitAhead(s.count);
     ChangeSet cs;
-    DiffElements(base, next, 2, s.kind, &cs);
+    DiffElements(base, next, 2, s.kind, &cs, {}, opt.value_form());
     b.AddChanges(s, cs, base);
     if (hand_over_counts) {
       FitCounter counter(b.fit_stride());

@@ -183,7 +183,15 @@ CodecMode ModeOf(const std::vector<uint8_t>& p) {
   return l.mode;
 }
 
-void ExpectSameSegments(const DecodedPayload& a, const DecodedPayload& b, const std::string& what) {
+ValueForm ValueFormOf(const std::vector<uint8_t>& p) {
+  PayloadLayout l;
+  Status s = ParsePayload(p, &l);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return l.val_form;
+}
+
+// `values`: compare the values too (not where one side holds a decode+apply's differences).
+void ExpectSameSegments(const DecodedPayload& a, const DecodedPayload& b, const std::string& what, bool values = true) {
   ASSERT_EQ(a.segments.size(), b.segments.size()) << what;
   for (size_t i = 0; i < a.segments.size(); ++i) {
     const auto &x = a.segments[i], &y = b.segments[i];
@@ -194,7 +202,7 @@ void ExpectSameSegments(const DecodedPayload& a, const DecodedPayload& b, const 
     EXPECT_EQ(x.spec.count, y.spec.count) << what;
     ASSERT_EQ(x.changes.width, y.changes.width) << what;
     ASSERT_EQ(AsVector(x.changes.positions), AsVector(y.changes.positions)) << what << " segment " << i;
-    ASSERT_EQ(AsVector(x.changes.values), AsVector(y.changes.values)) << what << " segment " << i;
+    if (values) ASSERT_EQ(AsVector(x.changes.values), AsVector(y.changes.values)) << what << " segment " << i;
   }
 }
 
@@ -244,8 +252,15 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   EXPECT_FALSE(ctx.empty());
   EXPECT_EQ(ctx, w.Encode(specs, With(Context::kAlways, block_log2))) << what << ": not deterministic";
   EXPECT_EQ(ModeOf(plain), CodecMode::kPlain) << what;
-  // kWhenSmaller emits exactly one of the two forms.
-  EXPECT_TRUE(smaller == plain || smaller == ctx) << what;
+  // Where context mode is allowed the values are steps, in either mode.
+  EXPECT_EQ(ValueFormOf(plain), ValueForm::kAsKind) << what;
+  EXPECT_EQ(ValueFormOf(ctx), ValueForm::kSteps) << what;
+  EXPECT_EQ(ValueFormOf(smaller), ValueForm::kSteps) << what;
+  // kWhenSmaller emits exactly one of the two location codes.
+  if (ModeOf(smaller) == CodecMode::kPlain)
+    EXPECT_EQ(LocationSection(smaller), LocationSection(plain)) << what;
+  else
+    EXPECT_EQ(smaller, ctx) << what;
 
   DecodedPayload dp, dc, ds;
   Status s = DecodePayload(plain, &dp);
@@ -265,8 +280,8 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   const CodecMode want = code.size() <= LocationBound(dp.segments, block_log2) ? CodecMode::kContextSplitRice : CodecMode::kPlain;
   EXPECT_EQ(ModeOf(ctx), want) << what << ": context code " << code.size() << " bytes";
   if (want == CodecMode::kPlain) {
-    EXPECT_EQ(ctx, plain) << what;
-    EXPECT_EQ(smaller, plain) << what;
+    EXPECT_EQ(LocationSection(ctx), LocationSection(plain)) << what;
+    EXPECT_EQ(smaller, ctx) << what;
   } else {
     EXPECT_EQ(LocationSection(ctx), code) << what;
   }
@@ -284,11 +299,20 @@ CodecMode ExpectContextRoundTrip(const World& w, const std::vector<SegmentSpec>&
   DecodedPayload dpb;
   EXPECT_TRUE(DecodePayload(plain, &dpb, w.Lookup()).ok());
   ExpectSameSegments(dp, dpb, what + " (plain with base)");
-  // Without the old bits a context payload cannot be decoded.
-  if (want == CodecMode::kContextSplitRice) {
-    DecodedPayload none;
-    EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
-  }
+  // Without the old bits neither a context payload nor steps can be decoded.
+  DecodedPayload none;
+  EXPECT_EQ(DecodePayload(ctx, &none).code(), StatusCode::kUnsupported) << what;
+  EXPECT_EQ(DecodePayload(smaller, &none).code(), StatusCode::kUnsupported) << what;
+  // Context mode with the values as their kind (value form 0, as builds before steps wrote).
+  EncodeOptions as_kind = With(Context::kAlways, block_log2);
+  as_kind.value_steps = false;
+  const auto ctx_as_kind = w.Encode(specs, as_kind);
+  EXPECT_EQ(ValueFormOf(ctx_as_kind), ValueForm::kAsKind) << what;
+  EXPECT_EQ(LocationSection(ctx_as_kind), LocationSection(ctx)) << what;
+  DecodedPayload dk;
+  s = DecodePayload(ctx_as_kind, &dk, w.Lookup());
+  EXPECT_TRUE(s.ok()) << what << " (values as their kind): " << s.ToString();
+  ExpectSameSegments(dp, dk, what + " (values as their kind)");
   w.ExpectApplies(dc, what);
   return want;
 }
@@ -529,7 +553,8 @@ inline void ExpectFitCountedAheadGivesFinishBytes(int threads) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const SegmentSpec& s = specs[i];
     ChangeSet cs;
-    DiffElements(w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s), DTypeWidth(s.dtype), s.kind, &cs);
+    DiffElements(w.Seg(w.base.at(s.tensor_index), s), w.Seg(w.next.at(s.tensor_index), s), DTypeWidth(s.dtype), s.kind, &cs,
+                 {}, With(Context::kAlways).value_form());
     if (cs.size() == 0) continue;
     b.AddChanges(s, cs, w.Seg(w.base.at(s.tensor_index), s));
     (i % 2 == 0 ? even : odd).Count({s.dtype, w.Seg(w.base.at(s.tensor_index), s)}, cs.positions);

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "codec/simd_masks.h"
+#include "codec/value_steps.h"
 
 namespace dcr {
 namespace {
@@ -19,18 +20,20 @@ namespace {
 // Appends to `out`; positions are first + the element's index.
 template <typename U>
 void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, uint32_t first, ValueKind kind, ChangeSet* out,
-               const DiffChunkFn& on_chunk) {
+               const DiffChunkFn& on_chunk, ValueForm form) {
   static_assert(kDiffChunkElements % kMaskTileElements == 0);
   uint64_t masks[kMaskTileElements / 64];
   const bool is_xor = kind == ValueKind::kXor;
   size_t have = out->size();  // changes found so far; the vectors may hold spare slots after them
   size_t chunk_from = have;   // the first change of the current run of kDiffChunkElements
-  // The current run's old bits, for on_chunk. Kept per thread and never shrunk.
+  // The current run's old bits, for on_chunk and steps. Kept per thread and never shrunk.
   thread_local UninitVector<uint8_t> run_old_bits;
   const bool fused = FusedDiffExtract(sizeof(U));
-  // Where the next changes' old bits go, with room for `more` of them (nullptr without on_chunk).
+  const bool steps = form == ValueForm::kSteps;
+  // Where the next changes' old bits go, with room for `more` of them (nullptr where neither
+  // on_chunk nor steps need them).
   auto old_bits_room = [&](size_t more) -> uint8_t* {
-    if (!on_chunk) return nullptr;
+    if (!on_chunk && !steps) return nullptr;
     const size_t at = (have - chunk_from) * sizeof(U), room = at + more * sizeof(U);
     if (run_old_bits.size() < room) run_old_bits.resize(room);
     return run_old_bits.data() + at;
@@ -43,12 +46,13 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, uint32_t 
     }
   };
   bool dense = false;  // the tile before had at least one change per 64 elements
-  auto end_run = [&] {  // hands the run's changes, if any, to on_chunk
-    if (on_chunk && have > chunk_from) {
+  auto end_run = [&] {  // hands the run's changes, if any, to on_chunk, then makes steps of them
+    if (have > chunk_from) {
       const size_t n = have - chunk_from;
-      on_chunk({std::span<const uint32_t>(out->positions.data() + chunk_from, n),
-                std::span<const uint8_t>(out->values.data() + chunk_from * sizeof(U), n * sizeof(U)),
-                std::span<const uint8_t>(run_old_bits.data(), n * sizeof(U))});
+      const std::span<uint8_t> values(out->values.data() + chunk_from * sizeof(U), n * sizeof(U));
+      const std::span<const uint8_t> old_bits(run_old_bits.data(), n * sizeof(U));
+      if (on_chunk) on_chunk({std::span<const uint32_t>(out->positions.data() + chunk_from, n), values, old_bits});
+      if (steps) ValuesToSteps(old_bits, kind, sizeof(U), values);
     }
     chunk_from = have;
   };
@@ -82,26 +86,27 @@ void DiffTyped(const uint8_t* base, const uint8_t* next, size_t count, uint32_t 
 }  // namespace
 
 void DiffElementsAppend(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
-                        ValueKind kind, uint64_t first, ChangeSet* out, const DiffChunkFn& on_chunk) {
+                        ValueKind kind, uint64_t first, ChangeSet* out, const DiffChunkFn& on_chunk, ValueForm form) {
   DCR_CHECK(base.size() == next.size() && base.size() % width == 0);
   const size_t count = base.size() / width;
   DCR_CHECK(first <= UINT32_MAX && count <= UINT32_MAX - first);
-  DCR_CHECK(out->size() == 0 || out->width == width);
+  DCR_CHECK(out->size() == 0 || (out->width == width && out->form == form));
   out->width = width;
+  out->form = form;
   const auto at = static_cast<uint32_t>(first);
   switch (width) {
-    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
-    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
-    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
-    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, at, kind, out, on_chunk);
+    case 1: return DiffTyped<uint8_t>(base.data(), next.data(), count, at, kind, out, on_chunk, form);
+    case 2: return DiffTyped<uint16_t>(base.data(), next.data(), count, at, kind, out, on_chunk, form);
+    case 4: return DiffTyped<uint32_t>(base.data(), next.data(), count, at, kind, out, on_chunk, form);
+    case 8: return DiffTyped<uint64_t>(base.data(), next.data(), count, at, kind, out, on_chunk, form);
   }
   Fatal(__FILE__, __LINE__, "unsupported element width " + std::to_string(width));
 }
 
 void DiffElements(std::span<const uint8_t> base, std::span<const uint8_t> next, uint32_t width,
-                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk) {
+                  ValueKind kind, ChangeSet* out, const DiffChunkFn& on_chunk, ValueForm form) {
   out->Clear();
-  DiffElementsAppend(base, next, width, kind, 0, out, on_chunk);
+  DiffElementsAppend(base, next, width, kind, 0, out, on_chunk, form);
 }
 
 }  // namespace dcr

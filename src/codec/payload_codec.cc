@@ -14,6 +14,7 @@
 #include "codec/payload_checksum.h"
 #include "codec/section_coding.h"
 #include "codec/value_coding.h"
+#include "codec/value_steps.h"
 
 namespace dcr {
 namespace {
@@ -22,7 +23,7 @@ namespace {
 enum : size_t {
   kOffMagic = 0, kOffVersion = 4, kOffMode = 6, kOffBlockLog2 = 7, kOffTransfer = 8, kOffProducer = 16,
   kOffSequence = 20, kOffSegments = 24, kOffTableLen = 28, kOffLocCodec = 32, kOffValCodec = 33,
-  kOffReserved16 = 34, kOffReserved32 = 36, kOffLocRaw = 40, kOffLocStored = 48, kOffValRaw = 56,
+  kOffValForm = 34, kOffReserved8 = 35, kOffReserved32 = 36, kOffLocRaw = 40, kOffLocStored = 48, kOffValRaw = 56,
   kOffValStored = 64,
 };
 static_assert(kOffValStored + 8 == kPayloadHeaderBytes);
@@ -72,11 +73,12 @@ uint64_t PayloadBuilder::AddDiff(const SegmentSpec& spec, std::span<const uint8_
     for (uint64_t first = 0; first < n; first += kFitCountRangeElements) {
       const uint64_t bytes = std::min(kFitCountRangeElements, n - first) * w;
       const std::span<const uint8_t> old_range = base.subspan(first * w, bytes);
-      DiffElementsAppend(old_range, next.subspan(first * w, bytes), w, spec.kind, first, &changes_, counting);
+      DiffElementsAppend(old_range, next.subspan(first * w, bytes), w, spec.kind, first, &changes_, counting,
+                         options_.value_form());
       ranges->CountPopulation({spec.dtype, old_range});
     }
   } else {
-    DiffElements(base, next, w, spec.kind, &changes_, count_ahead_ ? counting : on_chunk);
+    DiffElements(base, next, w, spec.kind, &changes_, count_ahead_ ? counting : on_chunk, options_.value_form());
   }
   if (changes_.size() > 0) {
     value_tally_.Add(changes_.values, changes_.width);
@@ -101,7 +103,7 @@ void PayloadBuilder::AddChanges(const SegmentSpec& spec, const ChangeSet& change
                                 std::optional<uint64_t> plain_at_least) {
   const bool kept = held == Changes::kKeptUntilFinish;
   const uint32_t w = DTypeWidth(spec.dtype);
-  DCR_CHECK(changes.width == w && changes.size() > 0);
+  DCR_CHECK(changes.width == w && changes.size() > 0 && changes.form == options_.value_form());
   DCR_CHECK(options_.context == EncodeOptions::Context::kNever || base.size() == spec.count * w);
   AddTableEntry(spec, changes.size());
   // With context mode possible, the plain code is written in Finish only if it is chosen.
@@ -312,6 +314,7 @@ void PayloadBuilder::Finish(const PayloadIdentity& identity, std::vector<uint8_t
   StoreLe(h + kOffTableLen, table_.size(), 4);
   h[kOffLocCodec] = static_cast<uint8_t>(loc_codec);
   h[kOffValCodec] = static_cast<uint8_t>(val_codec);
+  h[kOffValForm] = static_cast<uint8_t>(options_.value_form());
   StoreLe(h + kOffLocRaw, loc_raw_.size(), 8);
   StoreLe(h + kOffLocStored, val_at - loc_at, 8);
   StoreLe(h + kOffValRaw, value_bytes_, 8);
@@ -343,7 +346,9 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   if (block_log2 < 3 || block_log2 > 31) return Corrupt("payload location block size 2^" + std::to_string(block_log2));
   if (h[kOffLocCodec] > static_cast<uint8_t>(SectionCodec::kZstd) || h[kOffValCodec] > static_cast<uint8_t>(ValueCodec::kHuffmanStreams))
     return Corrupt("payload section codec unknown");
-  if (LoadLe(h + kOffReserved16, 2) != 0 || LoadLe(h + kOffReserved32, 4) != 0) return Corrupt("payload reserved field is not zero");
+  if (h[kOffValForm] > static_cast<uint8_t>(ValueForm::kSteps))
+    return Corrupt("payload value form " + std::to_string(h[kOffValForm]));
+  if (h[kOffReserved8] != 0 || LoadLe(h + kOffReserved32, 4) != 0) return Corrupt("payload reserved field is not zero");
   const uint64_t nseg = LoadLe(h + kOffSegments, 4), table_len = LoadLe(h + kOffTableLen, 4);
   const uint64_t loc_stored = LoadLe(h + kOffLocStored, 8), val_stored = LoadLe(h + kOffValStored, 8);
   const uint64_t body = p.size() - kPayloadHeaderBytes - kPayloadTrailerBytes;
@@ -360,6 +365,7 @@ Status ParsePayload(std::span<const uint8_t> p, PayloadLayout* out) {
   d.block_log2 = block_log2;
   d.loc_codec = static_cast<SectionCodec>(h[kOffLocCodec]);
   d.val_codec = static_cast<ValueCodec>(h[kOffValCodec]);
+  d.val_form = static_cast<ValueForm>(h[kOffValForm]);
   d.loc_raw = LoadLe(h + kOffLocRaw, 8);
   d.val_raw = LoadLe(h + kOffValRaw, 8);
   d.loc_stored = p.subspan(kPayloadHeaderBytes + table_len, loc_stored);
@@ -418,8 +424,10 @@ Status PrepareLocations(const PayloadLayout& layout, const BaseLookup& base, Loc
   auto bytes = SectionBytes(layout.loc_codec, layout.loc_stored, layout.loc_raw, &loc);
   if (!bytes.ok()) return bytes.status().WithContext("payload location section");
   in->loc = *bytes;
-  if (!NeedsOldBits(layout.mode)) return Status::Ok();
-  if (!base) return Unsupported("context-mode payload: decoding needs the receiver's old bits");
+  if (!NeedsOldBits(layout.mode) && layout.val_form == ValueForm::kAsKind) return Status::Ok();
+  if (!base)
+    return Unsupported(NeedsOldBits(layout.mode) ? "context-mode payload: decoding needs the receiver's old bits"
+                                                 : "payload values coded as steps: decoding needs the receiver's old bits");
   const size_t nseg = layout.segments.size();
   in->segs.resize(nseg);
   for (size_t i = 0; i < nseg; ++i) {
@@ -477,6 +485,55 @@ Status NotInTensor(const SegmentSpec& spec, uint64_t tensor_bytes) {
 std::atomic<uint64_t> g_applied_while_decoding{0};
 
 // DecodeApplyPayload's additions to a decode.
+// Applies changes [from, to) of `seg`, which fits `tensor` (SegmentFits): its values, or with
+// `differences` their wrapping differences (a payload's steps, once decoded).
+void ApplyChanges(const DecodedSegment& seg, std::span<uint8_t> tensor, bool differences, size_t from, size_t to) {
+  if (from >= to) return;
+  const uint32_t width = seg.changes.width;
+  uint8_t* base = tensor.data() + seg.spec.start * width;
+  const uint32_t* pos = seg.changes.positions.data();
+  const bool sparse = (uint64_t{pos[to - 1]} - pos[from]) * width >= (to - from) * 64;
+  const ApplyOp op = differences ? ApplyOp::kAdd : seg.spec.kind == ValueKind::kXor ? ApplyOp::kXor : ApplyOp::kStore;
+  ApplyChangeRun(base, width, op, sparse, seg.changes.values.data(), pos, from, to);
+}
+
+// ApplyPayload, or with `differences` of the wrapping differences the payload's values hold.
+Status ApplyDecoded(const DecodedPayload& p, const TensorBytes& tensor_of, int threads, bool differences) {
+  std::vector<std::span<uint8_t>> tensors(p.segments.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < p.segments.size(); ++i) {
+    const DecodedSegment& seg = p.segments[i];
+    tensors[i] = tensor_of(seg.spec.tensor_index);
+    if (!SpecFits(seg.spec, tensors[i].size())) return NotInTensor(seg.spec, tensors[i].size());
+    total += seg.changes.size();
+  }
+  // Changes [from, to) in payload order.
+  auto apply_range = [&](uint64_t from, uint64_t to) {
+    uint64_t first = 0;  // the payload-order index of segment i's first change
+    for (size_t i = 0; i < p.segments.size() && first < to; ++i) {
+      const uint64_t n = p.segments[i].changes.size();
+      if (first + n > from)
+        ApplyChanges(p.segments[i], tensors[i], differences, std::max(from, first) - first,
+                     std::min(to, first + n) - first);
+      first += n;
+    }
+  };
+  if (threads < 2 || total < kConcurrentApplyMinChanges) {
+    apply_range(0, total);
+    return Status::Ok();
+  }
+  ClaimableTask second([&] {
+    apply_range(total / 2, total);
+    return Status::Ok();
+  });
+  (void)OfferClaimable(second, [&] {
+    apply_range(0, total / 2);
+    return Status::Ok();
+  });
+  (void)second.RunIfUnclaimed();
+  return Status::Ok();
+}
+
 struct ApplyRequest {
   const TensorBytes& tensor_of;
   const LayoutCheck& check;
@@ -541,6 +598,14 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
   });
   values.Then(&values_odd);
   auto values_result = [&] { return value_decoder.Result().WithContext("payload value section"); };
+  // Steps, once decoded, become wrapping differences: payload-order values [from, to).
+  auto to_differences = [&](uint64_t from, uint64_t to) {
+    for (size_t i = 0, first = 0; i < nseg && first < to; first += layout.changed[i++]) {
+      const uint64_t lo = std::max<uint64_t>(from, first), hi = std::min<uint64_t>(to, first + layout.changed[i]);
+      const uint32_t w = DTypeWidth(layout.segments[i].dtype);
+      if (lo < hi) StepsToDifferences(w, value_outs[i].subspan((lo - first) * w, (hi - lo) * w));
+    }
+  };
   // Errors come in one order whatever the threads: the value section's first, then the
   // location section's.
   LocationInputs in;
@@ -550,6 +615,7 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     DCR_RETURN_IF_ERROR(values_result());
     return prepared;
   }
+  const bool steps = layout.val_form == ValueForm::kSteps;
   const std::optional<BandedForm> banded = apply != nullptr ? BandedFormOf(layout.mode) : std::nullopt;
   const bool all_xor = banded && std::all_of(layout.segments.begin(), layout.segments.end(),
                                              [](const SegmentSpec& s) { return s.kind == ValueKind::kXor; });
@@ -557,10 +623,10 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     // Each tile's changes applied as the walk places them (DecodeApplyBandedLocations), on one
     // thread, or on two that each decode a share of the values and then walk half of the parts.
     std::vector<uint8_t*> to(nseg);
-    std::vector<const uint8_t*> xor_values(nseg);
+    std::vector<const uint8_t*> values(nseg);
     for (size_t i = 0; i < nseg; ++i) {
       to[i] = tensors[i].data() + layout.segments[i].start * DTypeWidth(layout.segments[i].dtype);
-      xor_values[i] = value_outs[i].data();
+      values[i] = value_outs[i].data();
     }
     // With two threads, share 1 gets a decoder of its own (BandedValueSection).
     const int walk_threads = threads >= 2 && changed >= kConcurrentSectionsMinChanges ? 2 : 1;
@@ -570,8 +636,17 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
       return share == 1 && apart ? *share_1_decoder : value_decoder;
     };
     const BandedValueSection value_section{
-        [&](int share, bool apart) { decoder_of(share, apart).DecodeShare(share); },
-        [&] { value_decoder.DecodeAll(); },
+        [&](int share, bool apart) {
+          decoder_of(share, apart).DecodeShare(share);
+          if (steps) {
+            const auto [from, to] = decoder_of(share, apart).ShareValues(share);
+            to_differences(from, to);
+          }
+        },
+        [&] {
+          value_decoder.DecodeAll();
+          if (steps) to_differences(0, changed);
+        },
         [&]() -> Status {
           DCR_RETURN_IF_ERROR(values_result());
           if (share_1_decoder) return share_1_decoder->Result().WithContext("payload value section");
@@ -580,7 +655,7 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
         [&](int share) { return decoder_of(share, true).ShareValues(share); },
         layout.val_codec == ValueCodec::kHuffmanStreams};
     const Status s = DecodeApplyBandedLocations(in.loc, *banded, in.segs, position_outs, value_section,
-                                                WalkApply{to, xor_values, {}, {}}, walk_threads);
+                                                WalkApply{to, values, steps, {}, {}}, walk_threads);
     if (s.ok()) {
       g_applied_while_decoding.fetch_add(1, std::memory_order_relaxed);
       return s;
@@ -597,7 +672,13 @@ Status DecodeInto(std::span<const uint8_t> p, DecodedPayload* out, const BaseLoo
     value_decoder.DecodeAll();  // one thread: the streams four at a time across the shares
   DCR_RETURN_IF_ERROR(values_result());
   DCR_RETURN_IF_ERROR(located);
-  if (apply != nullptr) return ApplyPayload(d, apply->tensor_of, threads);
+  // Steps are applied as differences, or become values of each segment's kind from the old bits.
+  if (steps) to_differences(0, changed);
+  if (apply != nullptr) return ApplyDecoded(d, apply->tensor_of, threads, steps);
+  if (steps)
+    for (size_t i = 0; i < nseg; ++i)
+      DifferencesToValues(in.segs[i].base, position_outs[i], layout.segments[i].kind,
+                          DTypeWidth(layout.segments[i].dtype), value_outs[i]);
   return Status::Ok();
 }
 
@@ -617,60 +698,14 @@ Status DecodeApplyPayload(std::span<const uint8_t> p, DecodedPayload* out, const
 
 bool SegmentFits(const DecodedSegment& seg, uint64_t tensor_bytes) { return SpecFits(seg.spec, tensor_bytes); }
 
-namespace {
-
-// Applies changes [from, to) of `seg`, which fits `tensor` (SegmentFits).
-void ApplyChanges(const DecodedSegment& seg, std::span<uint8_t> tensor, size_t from, size_t to) {
-  if (from >= to) return;
-  const uint32_t width = seg.changes.width;
-  uint8_t* base = tensor.data() + seg.spec.start * width;
-  const uint8_t* vals = seg.changes.values.data();
-  const uint32_t* pos = seg.changes.positions.data();
-  const bool sparse = (uint64_t{pos[to - 1]} - pos[from]) * width >= (to - from) * 64;
-  ApplyChangeRun(base, width, seg.spec.kind == ValueKind::kXor, sparse, vals, pos, from, to);
-}
-
-}  // namespace
-
 Status ApplySegment(const DecodedSegment& seg, std::span<uint8_t> tensor) {
   if (!SegmentFits(seg, tensor.size())) return NotInTensor(seg.spec, tensor.size());
-  ApplyChanges(seg, tensor, 0, seg.changes.size());
+  ApplyChanges(seg, tensor, false, 0, seg.changes.size());
   return Status::Ok();
 }
 
 Status ApplyPayload(const DecodedPayload& p, const TensorBytes& tensor_of, int threads) {
-  std::vector<std::span<uint8_t>> tensors(p.segments.size());
-  uint64_t total = 0;
-  for (size_t i = 0; i < p.segments.size(); ++i) {
-    const DecodedSegment& seg = p.segments[i];
-    tensors[i] = tensor_of(seg.spec.tensor_index);
-    if (!SegmentFits(seg, tensors[i].size())) return NotInTensor(seg.spec, tensors[i].size());
-    total += seg.changes.size();
-  }
-  // Changes [from, to) in payload order.
-  auto apply_range = [&](uint64_t from, uint64_t to) {
-    uint64_t first = 0;  // the payload-order index of segment i's first change
-    for (size_t i = 0; i < p.segments.size() && first < to; ++i) {
-      const uint64_t n = p.segments[i].changes.size();
-      if (first + n > from)
-        ApplyChanges(p.segments[i], tensors[i], std::max(from, first) - first, std::min(to, first + n) - first);
-      first += n;
-    }
-  };
-  if (threads < 2 || total < kConcurrentApplyMinChanges) {
-    apply_range(0, total);
-    return Status::Ok();
-  }
-  ClaimableTask second([&] {
-    apply_range(total / 2, total);
-    return Status::Ok();
-  });
-  (void)OfferClaimable(second, [&] {
-    apply_range(0, total / 2);
-    return Status::Ok();
-  });
-  (void)second.RunIfUnclaimed();
-  return Status::Ok();
+  return ApplyDecoded(p, tensor_of, threads, false);
 }
 
 }  // namespace dcr

@@ -76,6 +76,14 @@ struct EncodeOptions {
   // Context mode: split Rice streams (mode 4); false writes mode 3 instead, for tests of its
   // decoder (plain location blocks are split Rice, method 3, either way).
   bool split_rice = true;
+  // Where context mode is allowed (every decoder holds the old bits), the values are coded as
+  // steps (value form 1, value_steps.h: ~0.9 bits fewer per BF16 change), in plain mode too;
+  // false keeps them as their kind (form 0), for tests of that form's decoder.
+  bool value_steps = true;
+  // The form of the values these options code.
+  ValueForm value_form() const {
+    return context != Context::kNever && value_steps ? ValueForm::kSteps : ValueForm::kAsKind;
+  }
 };
 
 // Builds one payload from segments added in ascending (tensor, start) order. Reusable: Finish
@@ -103,12 +111,13 @@ class PayloadBuilder {
 
   // Diffs base vs next (the segment's bytes in both) and adds the segment if anything changed.
   // Returns the number of changed elements. Unless context is kNever, `base` must stay valid until
-  // Finish. on_chunk: as for DiffElements.
+  // Finish. on_chunk: as for DiffElements (it sees the values as their kind says).
   uint64_t AddDiff(const SegmentSpec& spec, std::span<const uint8_t> base, std::span<const uint8_t> next,
                    const DiffChunkFn& on_chunk = {});
   // Whether AddChanges copies the change set or refers to it until Finish.
   enum class Changes { kCopied, kKeptUntilFinish };
-  // Adds a segment from an already computed, non-empty change set. `base` (the segment's old
+  // Adds a segment from an already computed, non-empty change set, whose values are in the
+  // options' value_form() (DiffElements' `form`). `base` (the segment's old
   // bytes) is needed unless context is kNever; it must stay valid until Finish. With context
   // kNever, `coded_locations`, if not empty, must be EncodeLocations(changes.positions,
   // spec.count, options.block_log2) made beforehand (by another thread): it is appended as is.
@@ -235,6 +244,7 @@ struct PayloadLayout {
   int block_log2 = 0;
   SectionCodec loc_codec = SectionCodec::kRaw;
   ValueCodec val_codec = ValueCodec::kPlanesRaw;
+  ValueForm val_form = ValueForm::kAsKind;  // kSteps: decoding the values needs the old bits
   uint64_t loc_raw = 0, val_raw = 0;
   std::span<const uint8_t> loc_stored, val_stored;  // views into the payload
   std::vector<SegmentSpec> segments;
@@ -251,8 +261,8 @@ using BaseLookup = std::function<Result<std::span<const uint8_t>>(const SegmentS
 // Verifies and decodes one payload into *out (whose storage it reuses; on failure *out's
 // contents are unspecified). Memory: bounded by the changes the segment table declares (each
 // at most its segment's elements), about 6-16 bytes per declared change. Failures are
-// kCorrupt, or kUnsupported for other versions and for a context-mode payload when no `base`
-// is given. With threads >= 2 (0 = all hardware threads) and at least
+// kCorrupt, or kUnsupported for other versions and for a context-mode payload or one whose
+// values are steps when no `base` is given. With threads >= 2 (0 = all hardware threads) and at least
 // kConcurrentSectionsMinChanges changes, the value section decodes on a second thread while the
 // location section decodes on the calling one; the result, errors included, is the same.
 Status DecodePayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base = {},
@@ -270,9 +280,11 @@ using LayoutCheck = std::function<Status(const PayloadLayout&)>;
 // ParallelFor gives each payload when there are as many payloads as threads), is applied as it
 // decodes: the value section first, then each tile's changes as soon as the walk places them,
 // while the tile's old bits are in cache (a separate apply reads them again from memory); on a
-// failure midway the applied changes are XORed back. Others decode, then apply. For context
-// mode, tensor_of(t) must be the bytes `base` reads for tensor t's segments, or memory `base`
-// never returns. *out holds the decoded changes afterwards, as DecodePayload leaves them.
+// failure midway the applied changes are taken back. Others decode, then apply. For context
+// mode and values coded as steps, tensor_of(t) must be the bytes `base` reads for tensor t's
+// segments, or memory `base` never returns. *out holds the decoded changes afterwards, as
+// DecodePayload leaves them, except that a payload's steps (value form 1) are left as the
+// wrapping differences new - old that were added, not as values of the segment's kind.
 Status DecodeApplyPayload(std::span<const uint8_t> payload, DecodedPayload* out, const BaseLookup& base,
                           const TensorBytes& tensor_of, int threads = 1, const LayoutCheck& check = {});
 // Payloads DecodeApplyPayload applied while decoding (successfully), since the process started.

@@ -22,7 +22,7 @@ namespace {
 // Header field offsets (docs/format.md §2).
 enum : size_t {
   kMagic = 0, kVersion = 4, kMode = 6, kBlockLog2 = 7, kTransfer = 8, kProducer = 16, kSequence = 20,
-  kSegments = 24, kTableLen = 28, kLocCodec = 32, kValCodec = 33, kReserved16 = 34, kReserved32 = 36,
+  kSegments = 24, kTableLen = 28, kLocCodec = 32, kValCodec = 33, kValForm = 34, kReserved8 = 35, kReserved32 = 36,
   kLocRaw = 40, kLocStored = 48, kValRaw = 56, kValStored = 64,
 };
 static_assert(kValStored + 8 == kPayloadHeaderBytes);

@@ -30,7 +30,7 @@ inline constexpr char kDeltaTailMagic[8] = {'D', 'C', 'R', 'E', 'N', 'D', '0', '
 // cannot decode. Format 6 (written) is the same container whose payloads may hold split Rice
 // codes (banded context mode 4, plain location method 3), which builds reading only formats 1-5
 // cannot decode; formats 1-5 are still read.
-inline constexpr uint32_t kDeltaFormatVersion = 6;
+inline constexpr uint32_t kDeltaFormatVersion = 7;
 inline constexpr uint32_t kMinDeltaFormatVersion = 1;
 // u64 stored footer length, u64 decompressed footer length, u64 xxh3-64 of the stored footer, magic
 inline constexpr size_t kDeltaTailBytes = 32;

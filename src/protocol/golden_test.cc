@@ -80,7 +80,7 @@ const char* CurrentDelta(size_t i) {
 }
 // From format 4: one payload of every tensor in context mode, in 4 parts (codec mode 3); from
 // format 5 with its values in two Huffman streams (value codec 3); from format 6 in four, its
-// Rice codes split (codec mode 4).
+// Rice codes split (codec mode 4); from format 7 in eight, its values as steps.
 constexpr const char* kGoldenPartsDelta = "context_parts.dcr";
 // Format 5's encoder later wrote four value streams instead of two, and format 6's eight instead
 // of four (the format allows 2..8, so the version stayed): v5 and v6 keep the files as first
@@ -98,8 +98,13 @@ std::vector<std::pair<std::string, int>> PartsDeltas(uint32_t version) {
   if (version < 4) return {};
   if (version == 4) return {{kGoldenPartsDelta, 1}};
   if (version == 5) return {{kGoldenPartsDelta, 2}, {kGoldenFourStreamsDelta, 4}};
-  return {{kGoldenPartsDelta, 4}, {kGoldenEightStreamsDelta, 8}};
+  if (version == 6) return {{kGoldenPartsDelta, 4}, {kGoldenEightStreamsDelta, 8}};
+  return {{kGoldenPartsDelta, 8}};
 }
+// From format 7 (values as steps where context mode is allowed): a context-mode delta of new
+// bits (overwrite kind), whose steps the decoder turns into new bits rather than XOR masks.
+constexpr uint32_t kStepsVersion = 7;
+constexpr const char* kGoldenStepsDeltas[] = {"context_overwrite.dcr"};
 
 // Diffs the golden base and target in `from` into the golden deltas in `to`: several payloads
 // (one tensor split across two), plain XOR, plain overwrite and context mode.
@@ -117,6 +122,14 @@ void WriteGoldenDeltas(const fs::path& from, const fs::path& to) {
     o.chunk_bytes = 4096;
     o.encode.block_log2 = 10;
     ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / CurrentDelta(i)).string(), o).ok());
+  }
+  if (kDeltaFormatVersion >= kStepsVersion) {
+    DiffOptions o;
+    o.kind = ValueKind::kOverwrite;
+    o.encode.context = Context::kAlways;
+    o.chunk_bytes = 4096;
+    o.encode.block_log2 = 10;
+    ASSERT_TRUE(DiffCheckpoints(*base, *target, (to / kGoldenStepsDeltas[0]).string(), o).ok());
   }
   DiffOptions o;
   o.encode.context = Context::kAlways;
@@ -159,10 +172,14 @@ INSTANTIATE_TEST_SUITE_P(Files, GoldenDecode,
 INSTANTIATE_TEST_SUITE_P(BalancedFiles, GoldenDecode,
                          ::testing::Combine(::testing::Values(kBalancedPlanVersion),
                                             ::testing::ValuesIn(kGoldenBalancedDeltas)));
+INSTANTIATE_TEST_SUITE_P(StepsFiles, GoldenDecode,
+                         ::testing::Combine(::testing::Range(kStepsVersion, kDeltaFormatVersion + 1),
+                                            ::testing::ValuesIn(kGoldenStepsDeltas)));
 
 // context.dcr exercises the context mode its version writes: mode 1 (one class per exponent
 // value) up to format 2, banded mode 2 in format 3, banded mode 3 in formats 4-5, mode 4 (split
-// Rice streams) from format 6, so every decoder stays pinned.
+// Rice streams) from format 6, so every decoder stays pinned; from format 7 its values (in every
+// payload, plain-mode ones too) are steps.
 TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
   for (uint32_t version = kMinDeltaFormatVersion; version <= kDeltaFormatVersion; ++version) {
     auto delta = DeltaReader::Open((GoldenDir(version) / "context.dcr").string());
@@ -179,6 +196,8 @@ TEST(Golden, ContextDeltasHoldTheirVersionsContextMode) {
         EXPECT_EQ(layout.mode, want) << "format " << version << " payload " << i;
         ++context;
       }
+      EXPECT_EQ(layout.val_form, version >= kStepsVersion ? ValueForm::kSteps : ValueForm::kAsKind)
+          << "format " << version << " payload " << i;
     }
     EXPECT_GT(context, 0u) << "format " << version;
   }
@@ -233,6 +252,7 @@ TEST(Golden, CurrentEncoderReproducesItsGoldenFiles) {
   WriteGoldenDeltas(dir, work.path());
   for (size_t i = 0; i < std::size(kGoldenDeltas); ++i)
     EXPECT_EQ(ReadAll(work / CurrentDelta(i)), ReadAll(dir / CurrentDelta(i))) << CurrentDelta(i);
+  for (const char* file : kGoldenStepsDeltas) EXPECT_EQ(ReadAll(work / file), ReadAll(dir / file)) << file;
   EXPECT_EQ(ReadAll(work / CurrentPartsDelta()), ReadAll(dir / CurrentPartsDelta()));
 }
 

@@ -312,7 +312,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         const uint64_t n = old_bytes.size() / w;
         const size_t before = changes->size();
         DiffElementsAppend(old_bytes, piece_bytes(next[seg.tensor], seg, piece), static_cast<uint32_t>(w), kind, first,
-                           changes, on_chunk);
+                           changes, on_chunk, encode.value_form());
         const std::span<const uint32_t> found = std::span<const uint32_t>(changes->positions).subspan(before);
         if (!found.empty()) tally->Add(std::span<const uint8_t>(changes->values).subspan(before * w), static_cast<uint32_t>(w));
         if (plain_only) EncodeLocationsFrom(found, first, n, encode.block_log2, locations);
@@ -327,6 +327,7 @@ void EncodePlannedPayload(const std::vector<PlannedSegment>& segments, const std
         d.plain_at_least = 0;
         d.changes.Clear();
         d.changes.width = DTypeWidth(spec.dtype);  // also where the other thread takes every piece
+        d.changes.form = encode.value_form();
         d.locations.clear();
         owned[me].segment.store(static_cast<int64_t>(i), std::memory_order_release);
         uint32_t mine = 0;

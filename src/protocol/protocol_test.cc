@@ -355,8 +355,8 @@ TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneT
       EXPECT_EQ(ReadAll(target), ReadAll(p.next_path)) << what;
     }
 
-    // One plan for every mode: payload by payload the same changes, and kWhenSmaller's payload is
-    // byte for byte the plain or the kAlways one.
+    // One plan for every mode: payload by payload the same changes, and kWhenSmaller's payload
+    // has the location code of the plain or the kAlways one and kAlways' values.
     auto never = DeltaReader::Open(files[Context::kNever]);
     auto always = DeltaReader::Open(files[Context::kAlways]);
     auto smaller = DeltaReader::Open(files[Context::kWhenSmaller]);
@@ -373,9 +373,18 @@ TEST(DeltaContext, AlwaysAndWhenSmallerApplyBitExactlyAndAreByteIdenticalForOneT
     size_t context_payloads = 0;
     for (size_t i = 0; i < np; ++i) {
       const auto pn = never->PayloadBytes(i), pa = always->PayloadBytes(i), ps = smaller->PayloadBytes(i);
-      EXPECT_TRUE(SameBytes(ps, pn) || SameBytes(ps, pa)) << tag << " payload " << i;
-      PayloadLayout la;
-      ASSERT_TRUE(ParsePayload(pa, &la).ok());
+      // kWhenSmaller's payload is the kAlways one, or the plain one's location code with the
+      // values as steps (as kAlways codes them).
+      PayloadLayout la, ls, ln;
+      ASSERT_TRUE(ParsePayload(pa, &la).ok() && ParsePayload(ps, &ls).ok() && ParsePayload(pn, &ln).ok());
+      EXPECT_EQ(ls.val_form, ValueForm::kSteps);
+      EXPECT_EQ(ln.val_form, ValueForm::kAsKind);
+      if (ls.mode == CodecMode::kPlain)
+        EXPECT_TRUE(SameBytes(ls.loc_stored, ln.loc_stored) && ls.val_codec == la.val_codec &&
+                    SameBytes(ls.val_stored, la.val_stored))
+            << tag << " payload " << i;
+      else
+        EXPECT_TRUE(SameBytes(ps, pa)) << tag << " payload " << i;
       DecodedPayload dn, da;
       ASSERT_TRUE(DecodeTablePayload(*never, i, &dn).ok());
       Status st = DecodeTablePayload(*always, i, &da, lookup);

@@ -4,7 +4,9 @@
 // target, after Abort or crash recovery byte-identical to those of the base, and the running
 // canonical digest is the target's.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -255,7 +257,7 @@ TEST(ReplicaLayout, AbortRestoresTheBaseShardsBitForBit) {
   }
 }
 
-TEST(ReplicaLayout, ContextModePayloadsAreUnsupportedAndWriteNothing) {
+TEST(ReplicaLayout, ContextModeAndStepPayloadsAreUnsupportedAndWriteNothing) {
   const LayoutScenario& sc = Tp2();
   Fixture f(sc);
   ReplicaState r = f.Open();
@@ -265,6 +267,16 @@ TEST(ReplicaLayout, ContextModePayloadsAreUnsupportedAndWriteNothing) {
   auto o = r.ApplyPayload(sc.context_payload);
   EXPECT_EQ(o.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(o.status().message().find("needs plain payloads"), std::string::npos) << o.status().message();
+  EXPECT_TRUE(Snapshot(f.dir) == before);
+  // A plain-mode payload whose values are steps (value form 1, header byte 34; re-signed) needs
+  // canonical old bits too.
+  std::vector<uint8_t> steps = sc.payloads[1];
+  steps[34] = static_cast<uint8_t>(ValueForm::kSteps);
+  const uint64_t sum = XXH3_64bits(steps.data(), steps.size() - 8);
+  std::memcpy(steps.data() + steps.size() - 8, &sum, 8);
+  o = r.ApplyPayload(steps);
+  EXPECT_EQ(o.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(o.status().message().find("values coded as steps"), std::string::npos) << o.status().message();
   EXPECT_TRUE(Snapshot(f.dir) == before);
   EXPECT_EQ(r.pending()->applied_payloads, 1u);
   for (size_t i = 1; i < sc.payloads.size(); ++i) ASSERT_TRUE(r.ApplyPayload(sc.payloads[i]).ok());

@@ -279,9 +279,10 @@ Result<ApplyOutcome> ReplicaState::ApplyPayload(std::span<const uint8_t> payload
     return dup;
   }
   if (pending_->voted) return InvalidArgument(dir_ + ": " + what + " refused: the transfer is already voted");
-  if (layout_ && layout.mode != CodecMode::kPlain)
+  if (layout_ && (layout.mode != CodecMode::kPlain || layout.val_form != ValueForm::kAsKind))
     return Unsupported(dir_ + ": " + what + " refused: a receiver holding a serving layout needs plain payloads " +
-                       "(context mode decodes against canonical old bits it does not hold); nothing was written");
+                       "(context mode and values coded as steps decode against canonical old bits it does not " +
+                       "hold); nothing was written");
   auto fit = [&](const SegmentSpec& s) -> Result<std::span<const uint8_t>> {
     if (s.tensor_index >= catalog_.size())
       return Corrupt(what + ": segment names tensor " + std::to_string(s.tensor_index) + ", out of range");
