@@ -123,12 +123,13 @@ struct BandedValueSection {
 
 // DecodeBandedLocations that also applies the changes (DecodeApplyPayload), each tile's as soon
 // as the walk has placed them, while the tile's old bits are in cache: `apply` (band_walk.h)
-// names, per segment, the bytes to change and the changes' XOR masks, which `values` decodes.
+// names, per segment, the bytes to change and the changes' XOR masks (or, with steps, their
+// differences), which `values` decodes.
 // On one thread: first the value section, then every part's ordinals, then, only if all of
 // those succeeded, the parts' walks. With threads >= 2, where there are two parts or two value
 // shares, a helper thread takes value share 1 and the later half of the parts while the calling
 // thread takes share 0 and the first half (band_decode_apply.cc). On failure nothing stays
-// applied (the applied changes are XORed back) and the error is the one DecodeBandedLocations
+// applied (the applied changes are taken back) and the error is the one DecodeBandedLocations
 // would return, the value section's first.
 Status DecodeApplyBandedLocations(std::span<const uint8_t> in, BandedForm form, std::span<const ContextSegment> segs,
                                   std::span<const std::span<uint32_t>> positions, const BandedValueSection& values,

@@ -45,7 +45,7 @@ void UndoPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegment
 }
 
 // One thread: the value section, then part by part its ordinals and its walk, applying. On an
-// error, every change applied so far is undone (the same XOR masks onto the same elements); the
+// error, every change applied so far is undone (WalkApply::undo: the same values taken back); the
 // error is the first in part order, ordinals before walk, as DecodeBandedLocations reports it.
 // Each part's ordinals are decoded right before its walk into one reused buffer (OrdinalRoom):
 // decoding every part's first and then walking them, the seven 31.6 MB payloads of a generated

@@ -65,7 +65,8 @@ HWY_INLINE void BandCountsBefore(const TileRows& rows, size_t b, int16_t* out) {
 // A tile's band masks and each band's ordinal before each word, in [word][band] order, so that a
 // change reads both at one index: mask[wd * kMaxContextBands + b] (row b & ~row b + 1) and
 // before[wd * kMaxContextBands + b], band b's members before word wd counted from the part's
-// start. For tiles with more changes than words.
+// start. Made by the GFNI kernel for whole tiles, else from the rows (Load) for tiles with more
+// changes than words.
 struct TileBandOrdinals {
   alignas(64) uint64_t mask[kTileWords * kMaxContextBands];
   alignas(64) uint64_t before[kTileWords * kMaxContextBands];
@@ -119,11 +120,27 @@ HWY_INLINE size_t BandOfElement(const uint8_t* band_of, const ContextClassFn& f,
 // Where the encoder walk puts each band's ordinals: out[b] is band b's next slot.
 using BandOut = std::array<uint64_t*, kMaxContextBands>;
 
-// The changes [pos, stop) of a tile: each change's ordinal is tb.before + one popcount at one
-// index; it goes to its band's next slot.
+// A change's band and its ordinal in the band (tb.before + one popcount at one index), for the
+// change at element `at` of the segment whose old bits start at `base`, in the tile at `tile`.
+struct BandOrdinal {
+  size_t band;
+  uint64_t ordinal;
+};
+template <typename U, int kShift, uint64_t kMask>
+HWY_INLINE BandOrdinal BandOrdinalOf(const uint8_t* base, const ContextClassFn& f, const uint8_t* band_of,
+                                     const TileBandOrdinals& tb, uint64_t tile, uint32_t at) {
+  U v;
+  std::memcpy(&v, base + size_t{at} * sizeof(U), sizeof(U));
+  const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
+  const uint64_t p = at - tile, i = (p >> 6) * kMaxContextBands + b;
+  const uint64_t below = tb.mask[i] & ((uint64_t{1} << (p & 63)) - 1);
+  return {b, tb.before[i] + static_cast<uint64_t>(PopCount64(below))};
+}
+
+// The changes [pos, stop) of a tile, by BandOrdinalOf; each ordinal goes to its band's next slot.
 template <typename U, int kShift, uint64_t kMask>
 void EncodeTileByOrdinals(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileBandOrdinals& tb,
-                     const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop, BandOut* out) {
+                          const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop, BandOut* out) {
   const uint8_t* base = seg.base.data();  // in locals: the stores below might alias the members
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // The bands' next slots, counted from band 0's, in the lanes of a vector: a change's slot is a
@@ -141,14 +158,9 @@ void EncodeTileByOrdinals(const ContextSegment& seg, const ContextClassFn& f, ui
     __m256i slots = _mm256_load_si256(reinterpret_cast<const __m256i*>(slot));
     const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), one = _mm256_set1_epi32(1);
     for (; pos != stop; ++pos) {
-      U v;
-      std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
-      const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
-      const uint64_t p = *pos - tile, i = (p >> 6) * kMaxContextBands + b;
-      const uint64_t below = tb.mask[i] & ((uint64_t{1} << (p & 63)) - 1);
-      const __m256i bv = _mm256_set1_epi32(static_cast<int32_t>(b));
-      out0[static_cast<uint32_t>(_mm256_cvtsi256_si32(_mm256_permutexvar_epi32(bv, slots)))] =
-          tb.before[i] + static_cast<uint64_t>(PopCount64(below));
+      const BandOrdinal c = BandOrdinalOf<U, kShift, kMask>(base, f, band_of, tb, tile, *pos);
+      const __m256i bv = _mm256_set1_epi32(static_cast<int32_t>(c.band));
+      out0[static_cast<uint32_t>(_mm256_cvtsi256_si32(_mm256_permutexvar_epi32(bv, slots)))] = c.ordinal;
       slots = _mm256_mask_add_epi32(slots, _mm256_cmpeq_epi32_mask(bv, lane), slots, one);
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(slot), slots);
@@ -157,12 +169,8 @@ void EncodeTileByOrdinals(const ContextSegment& seg, const ContextClassFn& f, ui
   }
 #endif
   for (; pos != stop; ++pos) {
-    U v;
-    std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
-    const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
-    const uint64_t p = *pos - tile, i = (p >> 6) * kMaxContextBands + b;
-    const uint64_t below = tb.mask[i] & ((uint64_t{1} << (p & 63)) - 1);
-    *(*out)[b]++ = tb.before[i] + static_cast<uint64_t>(PopCount64(below));
+    const BandOrdinal c = BandOrdinalOf<U, kShift, kMask>(base, f, band_of, tb, tile, *pos);
+    *(*out)[c.band]++ = c.ordinal;
   }
 }
 
@@ -241,8 +249,9 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
       const size_t words = (tn + 63) / 64;
       const uint32_t* stop = TileStop(pos, end, words, tile + tn);
       // A whole tile that the GFNI kernel classifies: straight to its band ordinals. (Through its
-      // rows and their prefix counts, context encodes of the real pairs, two threads, took
-      // 1.03-1.12x as long at 0.4-5 % change.)
+      // rows and their prefix counts, with a pointer per band in memory and gaps formed per
+      // change, two-thread context encodes of the real pairs took 1.02-1.03x as long at 0.4-1.4 %
+      // change and 1.12x at 4.5-5 %.)
       if (tn == kMaskTileElements && GfniClassifies(classes.gfni)) {
         GfniTileBandOrdinalsAnyClamp(segs[s].base.data() + tile * w, f, classes.gfni, tb.mask, tb.before, run.data());
         if (prefetch) PrefetchNextTile(segs[s], w, tile, n);

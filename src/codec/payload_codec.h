@@ -38,7 +38,7 @@ inline constexpr size_t kPayloadTrailerBytes = 8;  // xxh3-64 of everything befo
 inline constexpr uint64_t kMaxSegmentElements = UINT32_MAX;
 
 enum class CodecMode : uint8_t {
-  kPlain = 0,    // decoding needs no old bits (applying an XOR does)
+  kPlain = 0,    // the locations need no old bits (applying an XOR does, and so do steps' values)
   kContext = 1,       // per exponent value (context_coding.h); read, no longer written
   kContextBands = 2,  // per fitted exponent band in one part (band_context.h); read, no longer written
   kContextParts = 3,  // per fitted exponent band, in parts, Rice codes interleaved (band_context.h); read, no longer written
@@ -276,7 +276,7 @@ using LayoutCheck = std::function<Status(const PayloadLayout&)>;
 // DecodePayload, then ApplyPayload of the result to tensor_of: the same bytes, and nothing
 // written on any failure. Before any section is read, `check` (if given) sees the parsed
 // layout and every segment must fit its tensor (else kCorrupt). A banded context-mode payload
-// whose values are all XOR masks (what `dcr diff` writes), decoded on one thread (threads 1, as
+// whose segments are all of XOR kind (what `dcr diff` writes), decoded on one thread (threads 1, as
 // ParallelFor gives each payload when there are as many payloads as threads), is applied as it
 // decodes: the value section first, then each tile's changes as soon as the walk places them,
 // while the tile's old bits are in cache (a separate apply reads them again from memory); on a
