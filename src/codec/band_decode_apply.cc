@@ -18,20 +18,12 @@ namespace {
 
 std::atomic<uint64_t> g_tails_handed_off{0};
 
-// Applies the changes in segment s's slots [from, to) to their elements.
+// Applies the changes in segment s's slots [from, to) to their elements with `op`: apply.op(),
+// or apply.undo() to take applied ones back.
 void ApplySegmentSlots(std::span<const ContextSegment> segs, std::span<const std::span<uint32_t>> positions,
-                       const WalkApply& apply, size_t s, uint64_t from, uint64_t to) {
+                       const WalkApply& apply, ApplyOp op, size_t s, uint64_t from, uint64_t to) {
   if (from < to)
-    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), apply.op(), false, apply.values[s], positions[s].data(), from,
-                   to);
-}
-
-// Takes back the applied changes in segment s's slots [from, to).
-void UndoSegmentSlots(std::span<const ContextSegment> segs, std::span<const std::span<uint32_t>> positions,
-                      const WalkApply& apply, size_t s, uint64_t from, uint64_t to) {
-  if (from < to)
-    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), apply.undo(), false, apply.values[s], positions[s].data(),
-                   from, to);
+    ApplyChangeRun(apply.to[s], DTypeWidth(segs[s].dtype), op, false, apply.values[s], positions[s].data(), from, to);
 }
 
 // The same for applied payload-order slots [from, to), across segments.
@@ -40,7 +32,7 @@ void UndoPayloadSlots(const PartDecoder& decoder, std::span<const ContextSegment
   for (size_t s = 0; s < segs.size() && from < to; ++s) {
     const uint64_t first = decoder.SegmentFirst(s), end = decoder.SegmentFirst(s + 1);
     if (end <= from || first >= to) continue;
-    UndoSegmentSlots(segs, positions, apply, s, std::max(from, first) - first, std::min(to, end) - first);
+    ApplySegmentSlots(segs, positions, apply, apply.undo(), s, std::max(from, first) - first, std::min(to, end) - first);
   }
 }
 
@@ -65,7 +57,7 @@ Status DecodeApplyOnOneThread(const PartDecoder& decoder, std::span<const Contex
       if (applied[q].empty()) continue;  // part p's ordinals failed: nothing of it was applied
       for (size_t s = 0; s < segs.size(); ++s) {
         const uint64_t from = decoder.FirstSlot(q, s);
-        UndoSegmentSlots(segs, positions, apply, s, from, from + applied[q][s]);
+        ApplySegmentSlots(segs, positions, apply, apply.undo(), s, from, from + applied[q][s]);
       }
     }
     return status;
@@ -179,7 +171,9 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
   std::array<std::atomic<bool>, 2> share_done{};
   std::array<std::pair<uint64_t, uint64_t>, 2> share{};  // payload-order values of each share
   const std::thread::id caller = std::this_thread::get_id();
-  auto apply_slots = [&](size_t s, uint64_t from, uint64_t to) { ApplySegmentSlots(segs, positions, apply, s, from, to); };
+  auto apply_slots = [&](size_t s, uint64_t from, uint64_t to) {
+    ApplySegmentSlots(segs, positions, apply, apply.op(), s, from, to);
+  };
   // Applies what part p's walk did not: its changes outside its slot bounds, segment by segment.
   auto apply_rest = [&](size_t p) {
     const auto [c0, c1] = part_changes(p);
@@ -255,8 +249,8 @@ Status DecodeApplyOnTwoThreads(const PartDecoder& decoder, std::span<const Conte
       UndoPayloadSlots(decoder, segs, positions, apply, c0, c1);
     } else if (q.walked) {  // its filled slots within its bounds
       for (size_t s = 0; s < nseg; ++s)
-        UndoSegmentSlots(segs, positions, apply, s, std::max(decoder.FirstSlot(p, s), q.slot_lo[s]),
-                         std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]));
+        ApplySegmentSlots(segs, positions, apply, apply.undo(), s, std::max(decoder.FirstSlot(p, s), q.slot_lo[s]),
+                          std::min(decoder.FirstSlot(p, s) + q.filled[s], q.slot_hi[s]));
     }
   }
   return error;
