@@ -17,7 +17,7 @@
 #include "codec/band_walk.h"
 #include "codec/simd_masks-inl.h"
 #include "codec/simd_masks.h"
-#include "codec/tile_rows-inl.h"
+#include "codec/tile_bands-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dcr {
@@ -51,34 +51,22 @@ bool PrefetchesTiles(std::span<const ContextSegment> segs) {
   return bytes >= kPrefetchTilesMinBytes;
 }
 
-// A band's members before each word of the tile: out[wd] = rows.BandBefore(b, wd) for
-// wd <= kTileWords (past the tile's words, the band's total in the tile), read once per band and
-// tile instead of twice per change or word.
-HWY_INLINE void BandCountsBefore(const TileRows& rows, size_t b, int16_t* out) {
-  const hn::CappedTag<int16_t, kTileWords> d;
-  const size_t n = hn::Lanes(d);
-  for (size_t i = 0; i < kTileWords; i += n)  // n divides kTileWords (a power of two, capped at it)
-    hn::Store(hn::Sub(hn::Load(d, rows.pre[b] + i), hn::Load(d, rows.pre[b + 1] + i)), d, out + i);
-  out[kTileWords] = static_cast<int16_t>(rows.BandBefore(b, kTileWords));
-}
-
 // A tile's band masks and each band's ordinal before each word, in [word][band] order, so that a
 // change reads both at one index: mask[wd * kMaxContextBands + b] (row b & ~row b + 1) and
 // before[wd * kMaxContextBands + b], band b's members before word wd counted from the part's
-// start. Made by the GFNI kernel for whole tiles, else from the rows (Load) for tiles with more
-// changes than words.
+// start. Made by the GFNI kernel for whole tiles, else from the tile's bands (Load) for tiles with
+// more changes than words.
 struct TileBandOrdinals {
   alignas(64) uint64_t mask[kTileWords * kMaxContextBands];
   alignas(64) uint64_t before[kTileWords * kMaxContextBands];
-  // From the rows of a tile whose first element is member run[b] of band b.
-  void Load(const TileRows& rows, const BandWords& run) {
+  // From the bands of a tile whose first element is member run[b] of band b.
+  void Load(const TileBands& bands, const BandWords& run) {
     const hn::CappedTag<uint64_t, kMaxContextBands> d;
-    const size_t n = hn::Lanes(d), words = rows.words;
-    for (size_t b = 0; b < kMaxContextBands; b += n) {  // past k, rows are zero and so are the masks
+    const size_t n = hn::Lanes(d), words = bands.words;
+    for (size_t b = 0; b < kMaxContextBands; b += n) {  // past k, the masks are zero
       auto sum = hn::LoadU(d, run.data() + b);
       for (size_t wd = 0; wd < words; ++wd) {
-        const uint64_t* w = rows.w + wd * kRowSlots;
-        const auto m = hn::AndNot(hn::LoadU(d, w + b + 1), hn::Load(d, w + b));
+        const auto m = hn::Load(d, bands.mask + wd * kMaxContextBands + b);
         hn::Store(m, d, mask + wd * kMaxContextBands + b);
         hn::Store(sum, d, before + wd * kMaxContextBands + b);
         sum = hn::Add(sum, hn::PopulationCount(m));
@@ -174,20 +162,21 @@ void EncodeTileByOrdinals(const ContextSegment& seg, const ContextClassFn& f, ui
   }
 }
 
-// The changes [pos, stop) of a tile with at most as many changes as words, straight from `rows`
-// (two rows and two prefix counts per change); the tile's first element is member run[b].
+// The changes [pos, stop) of a tile with at most as many changes as words, straight from the
+// tile's `bands` (a mask and a prefix count per change); the tile's first element is member
+// run[b].
 template <typename U, int kShift, uint64_t kMask>
-void EncodeTileByRows(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileRows& rows,
-                      const BandWords& run, const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop,
-                      BandOut* out) {
+void EncodeTileByBands(const ContextSegment& seg, const ContextClassFn& f, uint64_t tile, const TileBands& bands,
+                       const BandWords& run, const uint8_t* band_of, const uint32_t* pos, const uint32_t* stop,
+                       BandOut* out) {
   const uint8_t* base = seg.base.data();
   for (; pos != stop; ++pos) {
     U v;
     std::memcpy(&v, base + size_t{*pos} * sizeof(U), sizeof(U));
     const size_t b = BandOfElement<U, kShift, kMask>(band_of, f, v);
     const uint64_t p = *pos - tile, wd = p >> 6;
-    const uint64_t below = rows.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
-    *(*out)[b]++ = run[b] + static_cast<uint64_t>(rows.BandBefore(b, wd) + PopCount64(below));
+    const uint64_t below = bands.Band(b, wd) & ((uint64_t{1} << (p & 63)) - 1);
+    *(*out)[b]++ = run[b] + static_cast<uint64_t>(bands.Before(b, wd) + PopCount64(below));
   }
 }
 
@@ -232,7 +221,7 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
   BandOut out;
   for (size_t b = 0; b < kMaxContextBands; ++b) out[b] = gaps + offset[b];
   BandWords run{};  // per band, the members before the tile
-  TileRows rows;
+  TileBands tile_bands;
   TileBandOrdinals tb;
   TileClassifiers classifiers(bands);
   const bool prefetch = PrefetchesTiles(segs);
@@ -248,8 +237,8 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
       const size_t words = (tn + 63) / 64;
       const uint32_t* stop = TileStop(pos, end, words, tile + tn);
-      // A whole tile that the GFNI kernel classifies: straight to its band ordinals. (Through its
-      // rows and their prefix counts, with a pointer per band in memory and gaps formed per
+      // A whole tile that the GFNI kernel classifies: straight to its band ordinals. (Through the
+      // class rows and their prefix counts, with a pointer per band in memory and gaps formed per
       // change, two-thread context encodes of the real pairs took 1.02-1.03x as long at 0.4-1.4 %
       // change and 1.12x at 4.5-5 %.)
       if (tn == kMaskTileElements && GfniClassifies(classes.gfni)) {
@@ -261,18 +250,18 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
         pos = stop;
         continue;
       }
-      LoadTileRows(segs[s], classes, tile, tn, &rows);
+      LoadTileBands(segs[s], classes, tile, tn, &tile_bands);
       if (prefetch) PrefetchNextTile(segs[s], w, tile, n);
       const bool dense = static_cast<size_t>(stop - pos) > words;  // then a table per tile pays
-      if (dense) tb.Load(rows, run);
+      if (dense) tb.Load(tile_bands, run);
       WithElementType(w, f, [&]<typename U, int kShift, uint64_t kMask>() {
         if (dense)
           EncodeTileByOrdinals<U, kShift, kMask>(segs[s], f, tile, tb, band_of.data(), pos, stop, &out);
         else
-          EncodeTileByRows<U, kShift, kMask>(segs[s], f, tile, rows, run, band_of.data(), pos, stop, &out);
+          EncodeTileByBands<U, kShift, kMask>(segs[s], f, tile, tile_bands, run, band_of.data(), pos, stop, &out);
       });
       pos = stop;
-      for (size_t b = 0; b < k; ++b) run[b] += static_cast<uint64_t>(rows.BandBefore(b, rows.words));
+      for (size_t b = 0; b < k; ++b) run[b] += static_cast<uint64_t>(tile_bands.Before(b, words));
     }
   }
   EncodeWalkEnd done;
@@ -323,7 +312,7 @@ HWY_INLINE uint64_t DepositBits(uint64_t bits, uint64_t m, bool fast_pdep) {
 // deposit each) when it has fewer changes than the tile has words; more, and it deposits its
 // bitmap word by word (branch-free). Half the words was best on an Emerald Rapids (against a
 // quarter and two thirds, when the search read two rows of counts per change). With the counts
-// read once per band (BandCountsBefore), on a Zen 5 the bound of one change per word took
+// read once per band (now TileBands::before), on a Zen 5 the bound of one change per word took
 // 0.87 of the time of one half in one-thread decodes at 4.5 % (where a band has up to ~60
 // changes in a tile) and 0.9-1.0 at 7 %; two per word or always one by one were no faster
 // there and slower at 48 % (synthetic).
@@ -331,7 +320,8 @@ constexpr uint64_t kSparseChangesPerWordNum = 1, kSparseChangesPerWordDen = 1;
 
 // A tile's changes of its sparse bands (those placed one by one), found band by band and
 // deposited into the tile's bitmap after the last band: change i is member number rank[i] of
-// its band in word wd, slot[i] = wd * kRowSlots + b (where TileRows::w holds the band's rows).
+// its band in word wd, slot[i] = wd * kMaxContextBands + b (its mask's index in TileBands::mask;
+// the word's bit in the tile bitmap is slot[i] / kMaxContextBands).
 // Searching every band before depositing lets the bands' searches overlap (each is a chain of
 // dependent steps). The real 4.5 % pair, where 99 % of the changes are sparse: one-thread
 // decode+apply in 0.91 of the time of a deposit right after each change's search (this and the
@@ -345,7 +335,7 @@ struct SparseChanges {
 };
 
 // The word of the tile holding member number `local` (< the band's members in the tile) of the
-// band whose counts BandCountsBefore gave: the last word wd with before[wd] <= local. One
+// band whose counts are `before` (TileBands::before[b], 64-byte aligned): the last word wd with before[wd] <= local. One
 // compare per vector of 16-bit lanes, no branches; past the tile's words the counts are the
 // band's total, above `local`.
 HWY_INLINE size_t WordOfMemberIn(const int16_t* before, int16_t local) {
@@ -374,7 +364,7 @@ constexpr uint64_t kSparseVectorMin = 8;
 
 // Band b's ordinals ord[p, last) below `end` (fewer than kTileWords), each member r0 + local of
 // the tile, into `out`: 32 at a time, the word of each by a branch-free search over `before`
-// (BandCountsBefore; three compares and four 16-bit permutes for 32 members). Returns the
+// (TileBands::before[b]; three compares and four 16-bit permutes for 32 members). Returns the
 // first ordinal not taken. Ordinals past `last` are not read (masked loads; their addresses,
 // up to 31 entries past the band's last ordinal, lie in ScratchOrdinals' slack).
 HWY_INLINE uint64_t FindSparseChangesVector(const uint32_t* ord, uint64_t p, uint64_t last, uint64_t r0, uint64_t end,
@@ -409,8 +399,8 @@ HWY_INLINE uint64_t FindSparseChangesVector(const uint32_t* ord, uint64_t p, uin
       const __m512i cand = _mm512_add_epi16(wd, _mm512_set1_epi16(step));
       wd = _mm512_mask_mov_epi16(wd, _mm512_cmple_epi16_mask(_mm512_permutex2var_epi16(lo, cand, hi), local), cand);
     }
-    const __m512i slot = _mm512_add_epi16(_mm512_slli_epi16(wd, 4), _mm512_set1_epi16(static_cast<int16_t>(b)));
-    static_assert(kRowSlots == 16);
+    static_assert(kMaxContextBands == 8);
+    const __m512i slot = _mm512_add_epi16(_mm512_slli_epi16(wd, 3), _mm512_set1_epi16(static_cast<int16_t>(b)));
     _mm512_storeu_si512(out->slot + out->n, slot);
     _mm512_storeu_si512(out->rank + out->n, _mm512_sub_epi16(local, _mm512_permutex2var_epi16(lo, wd, hi)));
     const int count = PopCount64(below);
@@ -434,7 +424,7 @@ HWY_INLINE uint64_t FindSparseChanges(const uint32_t* ord, uint64_t p, uint64_t 
   for (; p < last && ord[p] < end; ++p) {
     const auto local = static_cast<int16_t>(ord[p] - r0);
     const size_t wd = WordOfMemberIn(before, local);
-    out->slot[out->n] = static_cast<uint16_t>(wd * kRowSlots + b);
+    out->slot[out->n] = static_cast<uint16_t>(wd * kMaxContextBands + b);
     out->rank[out->n++] = static_cast<uint16_t>(local - before[wd]);
   }
   return p;
@@ -444,10 +434,11 @@ HWY_INLINE uint64_t FindSparseChanges(const uint32_t* ord, uint64_t p, uint64_t 
 // band's next change often lies in the same word, and its |= in memory then waits on the one
 // before; two halves run two such chains at once (one-thread decodes of the 4.5 % pair in 0.93
 // of the time of one pass in order; four quarters were no faster).
-HWY_INLINE void DepositSparseChanges(const SparseChanges& sparse, const TileRows& rows, uint64_t* hit, bool fast_pdep) {
+HWY_INLINE void DepositSparseChanges(const SparseChanges& sparse, const TileBands& bands, uint64_t* hit,
+                                     bool fast_pdep) {
   auto one = [&](size_t i) {
-    const size_t wd = sparse.slot[i] / kRowSlots, b = sparse.slot[i] % kRowSlots;
-    hit[wd] |= DepositBits(uint64_t{1} << sparse.rank[i], rows.Band(b, wd), fast_pdep);
+    const size_t slot = sparse.slot[i];
+    hit[slot / kMaxContextBands] |= DepositBits(uint64_t{1} << sparse.rank[i], bands.mask[slot], fast_pdep);
   };
   const size_t h = sparse.n / 2;
   for (size_t i = 0; i < h; ++i) one(i), one(i + h);
@@ -512,12 +503,11 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
   BandWords placed_here = part->placed;
   BandWords* placed = &placed_here;
   const BandWords count = part->limit;
-  TileRows rows;
+  TileBands tile_bands;
   TileClassifiers classifiers(bands);
   uint64_t hit[kTileWords];
   SparseChanges sparse;
   uint64_t tile_map[kTileWords + 2];  // a dense band's changes in the tile, by member
-  HWY_ALIGN int16_t before[kTileWords + 1];  // BandCountsBefore of the band being placed
   bool ok = true;
   const bool prefetch = PrefetchesTiles(segs);
   for (size_t s = part->from_seg; s < part->seg_end && ok; ++s) {
@@ -528,20 +518,20 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
     uint64_t room = room_of[s];
     for (uint64_t tile = s == part->from_seg ? part->from_elem : 0; tile < n && ok; tile += kMaskTileElements) {
       const size_t tn = static_cast<size_t>(std::min<uint64_t>(kMaskTileElements, n - tile));
-      LoadTileRows(segs[s], classes, tile, tn, &rows);
+      LoadTileBands(segs[s], classes, tile, tn, &tile_bands);
       if (prefetch) PrefetchNextTile(segs[s], w, tile, n, 0, 2);
-      const size_t words = rows.words;
+      const size_t words = tile_bands.words;
       for (size_t wd = 0; wd < words; ++wd) hit[wd] = 0;
       sparse.n = 0;
       for (size_t b = 0; b < k; ++b) {
         if ((*placed)[b] == count[b]) continue;  // no changes left: the band's count no longer matters
-        const int32_t members = rows.BandBefore(b, words);
+        const int16_t* const before = tile_bands.before[b];
+        const int32_t members = before[words];
         const uint64_t r0 = run[b], end = r0 + static_cast<uint64_t>(members);
         run[b] = end;
         const uint32_t* ord = ordinals[b];
         uint64_t p = (*placed)[b];  // the band's ordinals in this tile: [p, q)
         if (ord[p] >= end) continue;
-        BandCountsBefore(rows, b, before);
         // Sparse unless the tile holds the band's ordinal number p + many - 1 too; then one by
         // one up to the first ordinal past the tile, with no count of them beforehand.
         const uint64_t many = std::max<uint64_t>(1, words * kSparseChangesPerWordNum / kSparseChangesPerWordDen);
@@ -565,11 +555,11 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
         }
         for (size_t wd = 0; wd < words; ++wd) {
           const int c = before[wd + 1] - before[wd];
-          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before[wd]), c), rows.Band(b, wd), fast_pdep);
+          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before[wd]), c), tile_bands.Band(b, wd), fast_pdep);
         }
       }
       if (prefetch) PrefetchNextTile(segs[s], w, tile, n, 1, 2);
-      DepositSparseChanges(sparse, rows, hit, fast_pdep);
+      DepositSparseChanges(sparse, tile_bands, hit, fast_pdep);
       // The tile's changes, and which words hold any: the loop below visits only those.
       uint64_t nonzero = 0, changes = 0;
       for (size_t wd = 0; wd < words; ++wd) {
@@ -641,18 +631,18 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
                    : DecodeBandWalkWith<false>(segs, bands, ordinals, room_of, positions, part, filled, apply);
 }
 
-// LoadTileRowsForTests of band_walk.h, for this target.
-void LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn,
-                          TileRowsForTests* out) {
+// LoadTileBandsForTests of band_walk.h, for this target.
+void LoadTileBandsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn,
+                           TileBandsForTests* out) {
   TileClassifiers classifiers(bands);
-  auto rows = std::make_unique<TileRows>();
-  LoadTileRows(seg, classifiers.For(seg), tile, tn, rows.get());
-  const size_t k = static_cast<size_t>(bands.k);
-  out->rows.clear();
+  auto t = std::make_unique<TileBands>();
+  LoadTileBands(seg, classifiers.For(seg), tile, tn, t.get());
+  out->masks.clear();
   out->prefix.clear();
-  for (size_t r = 0; r <= k; ++r)
-    for (size_t wd = 0; wd < rows->words; ++wd) out->rows.push_back(rows->Row(r, wd));
-  for (size_t r = 0; r <= k; ++r) out->prefix.insert(out->prefix.end(), rows->pre[r], rows->pre[r] + kTileWords + 1);
+  for (size_t b = 0; b < kMaxContextBands; ++b)
+    for (size_t wd = 0; wd < t->words; ++wd) out->masks.push_back(t->Band(b, wd));
+  for (size_t b = 0; b < kMaxContextBands; ++b)
+    out->prefix.insert(out->prefix.end(), t->before[b], t->before[b] + kTileWords + 1);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -668,7 +658,7 @@ namespace dcr {
 
 HWY_EXPORT(EncodeBandWalk);
 HWY_EXPORT(DecodeBandWalk);
-HWY_EXPORT(LoadTileRowsForTests);
+HWY_EXPORT(LoadTileBandsForTests);
 
 namespace {
 
@@ -710,9 +700,10 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
   return HWY_DYNAMIC_DISPATCH(DecodeBandWalk)(segs, bands, ordinals, fast_pdep, room, positions, part, filled, apply);
 }
 
-TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {
-  TileRowsForTests out;
-  HWY_DYNAMIC_DISPATCH(LoadTileRowsForTests)(seg, bands, tile, tn, &out);
+TileBandsForTests LoadTileBandsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile,
+                                        size_t tn) {
+  TileBandsForTests out;
+  HWY_DYNAMIC_DISPATCH(LoadTileBandsForTests)(seg, bands, tile, tn, &out);
   return out;
 }
 

@@ -97,16 +97,18 @@ bool DecodeBandWalk(std::span<const ContextSegment> segs, const ContextBands& ba
                     std::span<const std::span<uint32_t>> positions, WalkPart* part, std::vector<uint64_t>* filled,
                     const WalkApply* apply = nullptr);
 
-// For tests: the band rows the walks build for elements [tile, tile + tn) of `seg` (tile a
-// multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. rows:
-// rows 0..k one after another, ceil(tn / 64) words each (row 0: the tile's elements; row
-// i < k: class >= t[i - 1]; row k: none). prefix: rows 0..k, kMaskTileElements / 64 + 1 entries
-// each, entry wd = the row's set bits in words before wd (its total from its last word on).
-struct TileRowsForTests {
-  std::vector<uint64_t> rows;
+// For tests: the band masks the walks build for elements [tile, tile + tn) of `seg` (tile a
+// multiple of kMaskTileElements, tn <= kMaskTileElements), on the active SIMD target. masks:
+// bands 0..kMaxContextBands - 1 one after another, ceil(tn / 64) words each (band b: the
+// elements of class in [t[b - 1], t[b]), with t[-1] = 0 and t[k - 1] past every class; bands
+// from k on: none). prefix: the same bands, kMaskTileElements / 64 + 1 entries each, entry wd =
+// the band's members in words before wd (its total from its last word on).
+struct TileBandsForTests {
+  std::vector<uint64_t> masks;
   std::vector<int16_t> prefix;
 };
-TileRowsForTests LoadTileRowsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn);
+TileBandsForTests LoadTileBandsForTests(const ContextSegment& seg, const ContextBands& bands, uint64_t tile,
+                                        size_t tn);
 
 // Where each band's run starts in an array of all bands' entries laid out band after band:
 // the sum of the counts of the bands before it.

@@ -1,4 +1,4 @@
-// The band rows under every band walk (tile_rows-inl.h) match a scalar model on every Highway
+// The band masks under every band walk (tile_bands-inl.h) match a scalar model on every Highway
 // target this build compiled and this CPU runs (each forced in turn; the AVX3_DL target also
 // with GFNI taken away, as on a CPU without it, where its compare kernel runs): masks and prefix
 // counts, for the float dtypes, every band count, thresholds spanning few and many classes (the
@@ -20,38 +20,39 @@ namespace {
 
 constexpr size_t kWordsPerTile = kMaskTileElements / 64;
 
-TileRowsForTests ModelTileRows(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {
+// Each element's band from its class by the thresholds, one element at a time.
+TileBandsForTests ModelTileBands(const ContextSegment& seg, const ContextBands& bands, uint64_t tile, size_t tn) {
   const ContextClassFn f = ContextClassFor(seg.dtype);
   const uint32_t w = DTypeWidth(seg.dtype);
   const size_t k = static_cast<size_t>(bands.k), words = (tn + 63) / 64;
-  TileRowsForTests m;
-  m.rows.assign((k + 1) * words, 0);
+  TileBandsForTests m;
+  m.masks.assign(kMaxContextBands * words, 0);
   for (size_t i = 0; i < tn; ++i) {
     uint64_t v = 0;
     std::memcpy(&v, seg.base.data() + (tile + i) * w, w);
     const uint32_t c = static_cast<uint32_t>((v >> f.shift) & f.mask);
-    m.rows[i / 64] |= uint64_t{1} << (i % 64);
-    for (size_t r = 1; r < k; ++r)
-      if (c >= bands.t[r - 1]) m.rows[r * words + i / 64] |= uint64_t{1} << (i % 64);
+    size_t b = 0;
+    while (b + 1 < k && c >= bands.t[b]) ++b;
+    m.masks[b * words + i / 64] |= uint64_t{1} << (i % 64);
   }
-  for (size_t r = 0; r <= k; ++r) {
+  for (size_t b = 0; b < kMaxContextBands; ++b) {
     int before = 0;
     for (size_t wd = 0; wd <= kWordsPerTile; ++wd) {
       m.prefix.push_back(static_cast<int16_t>(before));
-      if (wd < words) before += __builtin_popcountll(m.rows[r * words + wd]);
+      if (wd < words) before += __builtin_popcountll(m.masks[b * words + wd]);
     }
   }
   return m;
 }
 
-class TileRowsTest : public ::testing::TestWithParam<int64_t> {
+class TileBandsTest : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override { ForceSimdTarget(GetParam()); }
   void TearDown() override { ForceSimdTarget(0); }
 };
 
-// The rows of the forced target against the model; `how_run` ends each failure's message.
-void ExpectTileRowsOfTheModel(const std::string& how_run) {
+// The bands of the forced target against the model; `how_run` ends each failure's message.
+void ExpectTileBandsOfTheModel(const std::string& how_run) {
   std::mt19937_64 rng(21);
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3, DType::kF64}) {
     const ContextClassFn f = ContextClassFor(t);
@@ -82,19 +83,19 @@ void ExpectTileRowsOfTheModel(const std::string& how_run) {
                             size_t{64}, size_t{63}, size_t{1}}) {
             const std::string what = std::string(DTypeName(t)) + " k " + std::to_string(k) + " " + how +
                                      " tile " + std::to_string(tile) + " tn " + std::to_string(tn) + how_run;
-            const TileRowsForTests got = LoadTileRowsForTests(seg, bands, tile, tn);
-            const TileRowsForTests want = ModelTileRows(seg, bands, tile, tn);
-            ASSERT_EQ(got.rows, want.rows) << what;
+            const TileBandsForTests got = LoadTileBandsForTests(seg, bands, tile, tn);
+            const TileBandsForTests want = ModelTileBands(seg, bands, tile, tn);
+            ASSERT_EQ(got.masks, want.masks) << what;
             ASSERT_EQ(got.prefix, want.prefix) << what;
           }
       }
   }
 }
 
-TEST_P(TileRowsTest, MasksAndPrefixCountsMatchTheScalarModel) {
+TEST_P(TileBandsTest, MasksAndPrefixCountsMatchTheScalarModel) {
   for (bool no_gfni : {false, true}) {
     ForceNoGfniForTests(no_gfni);
-    ExpectTileRowsOfTheModel(no_gfni ? ", GFNI taken away" : "");
+    ExpectTileBandsOfTheModel(no_gfni ? ", GFNI taken away" : "");
     ForceNoGfniForTests(false);
     if (testing::Test::HasFailure()) return;
   }
@@ -102,7 +103,7 @@ TEST_P(TileRowsTest, MasksAndPrefixCountsMatchTheScalarModel) {
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return SimdTargetName(info.param); }
 
-INSTANTIATE_TEST_SUITE_P(EveryTarget, TileRowsTest, ::testing::ValuesIn(CompiledSimdTargets()), TargetParamName);
+INSTANTIATE_TEST_SUITE_P(EveryTarget, TileBandsTest, ::testing::ValuesIn(CompiledSimdTargets()), TargetParamName);
 
 }  // namespace
 }  // namespace dcr
