@@ -52,7 +52,7 @@ bool PrefetchesTiles(std::span<const ContextSegment> segs) {
 }
 
 // A tile's band masks and each band's ordinal before each word, in [word][band] order, so that a
-// change reads both at one index: mask[wd * kMaxContextBands + b] (row b & ~row b + 1) and
+// change reads both at one index: mask[wd * kMaxContextBands + b] and
 // before[wd * kMaxContextBands + b], band b's members before word wd counted from the part's
 // start. Made by the GFNI kernel for whole tiles, else from the tile's bands (Load) for tiles with
 // more changes than words.
@@ -335,9 +335,9 @@ struct SparseChanges {
 };
 
 // The word of the tile holding member number `local` (< the band's members in the tile) of the
-// band whose counts are `before` (TileBands::before[b], 64-byte aligned): the last word wd with before[wd] <= local. One
-// compare per vector of 16-bit lanes, no branches; past the tile's words the counts are the
-// band's total, above `local`.
+// band whose counts are `before` (TileBands::before[b], 64-byte aligned): the last word wd with
+// before[wd] <= local. One compare per vector of 16-bit lanes, no branches; past the tile's words
+// the counts are the band's total, above `local`.
 HWY_INLINE size_t WordOfMemberIn(const int16_t* before, int16_t local) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   static_assert(kTileWords == 64);
@@ -555,7 +555,8 @@ bool DecodeBandWalkWith(std::span<const ContextSegment> segs, const ContextBands
         }
         for (size_t wd = 0; wd < words; ++wd) {
           const int c = before[wd + 1] - before[wd];
-          hit[wd] |= DepositBits(BitsAt(tile_map, static_cast<uint64_t>(before[wd]), c), tile_bands.Band(b, wd), fast_pdep);
+          const uint64_t bits = BitsAt(tile_map, static_cast<uint64_t>(before[wd]), c);
+          hit[wd] |= DepositBits(bits, tile_bands.Band(b, wd), fast_pdep);
         }
       }
       if (prefetch) PrefetchNextTile(segs[s], w, tile, n, 1, 2);

@@ -177,8 +177,8 @@ struct GfniWordBands {
 // kMaskClass: class_mask < 0xff (an AND per word; with BF16's 0xff, the kernel without it took
 // 0.87 of the time in a loop benchmark on a Zen 5).
 template <bool kClamp, bool kMaskClass>
-DCR_GFNI_ATTR void GfniTileBands(const uint16_t* e, size_t words, int shift, uint8_t class_mask, const GfniClassTable& g,
-                                 TileBands* t) {
+DCR_GFNI_ATTR void GfniTileBands(const uint16_t* e, size_t words, int shift, uint8_t class_mask,
+                                 const GfniClassTable& g, TileBands* t) {
   static_assert(kMaxContextBands == 8, "a word's band masks are one vector");
   const GfniWordBands<kClamp, kMaskClass> classify(shift, class_mask, g);
   const __m512i pair = _mm512_loadu_si512(kGfniIndex.pair), quad = _mm512_loadu_si512(kGfniIndex.quad);
@@ -332,7 +332,8 @@ inline void LoadTileRowsByCompares(const uint8_t* bytes, const TileClassifier& c
   if (k > 1)
     counted = ClassAtLeastMasksAnyWidth(bytes, c.width, tn, c.f.shift, static_cast<uint32_t>(c.f.mask),
                                         c.bands->t.data(), static_cast<int>(k) - 1,
-                                        MaskOut{t->rows + 1, 1, kRowSlots}, RowPrefixOut{t->row_before[1], kPreStride});
+                                        MaskOut{t->rows + 1, 1, kRowSlots},
+                                        RowPrefixOut{t->row_before[1], kPreStride});
   for (size_t wd = 0; wd <= kTileWords; ++wd) t->row_before[0][wd] = static_cast<int16_t>(std::min<size_t>(64 * wd, tn));
   std::memset(t->row_before[k], 0, sizeof(int16_t) * (kTileWords + 1));
   for (size_t r = 1; r < k; ++r) {  // what the kernel left: the tail word, the totals, scalar kernels
@@ -353,7 +354,8 @@ inline void BandsFromRows(size_t k, TileBands* t) {
   for (size_t wd = 0; wd < t->words; ++wd) {
     const uint64_t* row = t->rows + wd * kRowSlots;
     for (size_t b = 0; b < kMaxContextBands; b += n64)  // rows past k are zero, so are their bands
-      hn::Store(hn::AndNot(hn::LoadU(d64, row + b + 1), hn::Load(d64, row + b)), d64, t->mask + wd * kMaxContextBands + b);
+      hn::Store(hn::AndNot(hn::LoadU(d64, row + b + 1), hn::Load(d64, row + b)), d64,
+                t->mask + wd * kMaxContextBands + b);
   }
   const hn::CappedTag<int16_t, kTileWords> d16;
   const size_t n16 = hn::Lanes(d16);
