@@ -24,7 +24,9 @@ std::atomic<uint64_t> g_helper_parts{0};
 size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements) {
   const uint64_t by_size = total_elements / std::max<uint64_t>(part_elements, 1);
   const uint64_t most = std::min<uint64_t>({by_size, total_elements / kBandPartAlign, kMaxBandParts});
-  return most == 0 ? 1 : static_cast<size_t>(std::bit_floor(most));
+  size_t parts = most == 0 ? 1 : static_cast<size_t>(std::bit_floor(most));
+  while (parts < kMaxBandParts && MaxPartElements(total_elements, parts) > kMaxEncodedPartElements) parts *= 2;
+  return parts;
 }
 
 BandPartStarts FindBandPartStarts(std::span<const ContextSegment> segs, uint64_t total_elements, size_t parts) {

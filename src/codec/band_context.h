@@ -44,9 +44,30 @@ static_assert(kBandPartAlign % kMaskTileElements == 0);
 // Rice parameters (about 10-20 bytes) would weigh on small payloads for threads they rarely get.
 inline constexpr uint64_t kDefaultBandPartElements = 512 * 1024;
 
+// The most elements in one part the encoder writes. The decoder takes parts of fewer than 2^32
+// elements (32-bit ordinals) and split Rice streams of fewer than 2^29 bytes (32-bit bit
+// indices); a part's stream is at most about a bit per element (the Rice parameter 0 codes a
+// band's changes and gaps in one bit each, and the fit takes no larger code), so 2^31 elements
+// keep both with room.
+inline constexpr uint64_t kMaxEncodedPartElements = uint64_t{1} << 31;
+
+// The most elements a part of `total_elements` cut into `parts` can have (a part starts at a
+// multiple of kBandPartAlign within its segment, up to kBandPartAlign - 1 before its share).
+inline uint64_t MaxPartElements(uint64_t total_elements, size_t parts) {
+  return (total_elements + parts - 1) / parts + kBandPartAlign;
+}
+
+// Whether the encoder can code locations of `total_elements` in banded context mode: in
+// kMaxBandParts parts, none above kMaxEncodedPartElements (more elements: plain mode).
+inline bool BandedCodeFits(uint64_t total_elements) {
+  return MaxPartElements(total_elements, kMaxBandParts) <= kMaxEncodedPartElements;
+}
+
 // The parts the encoder cuts `total_elements` into: the largest power of two at most
-// total / part_elements and total / kBandPartAlign, within 1..kMaxBandParts. A function of the
-// payload alone, so the bytes do not depend on the thread count.
+// total / part_elements and total / kBandPartAlign, within 1..kMaxBandParts, or, where parts
+// that few could exceed kMaxEncodedPartElements, the fewest more that do not (where
+// BandedCodeFits). A function of the payload alone, so the bytes do not depend on the thread
+// count.
 size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements);
 
 // Where part i starts, for i = 0..parts (parts: the end): segment `seg`, element `elem` of it,

@@ -7,15 +7,74 @@
 #include <algorithm>
 #include <bit>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "codec/band_context.h"
 #include "codec/band_fit.h"
+#include "codec/band_parts.h"
 #include "codec/band_walk.h"
 #include "codec/context_test_support.h"
 #include "codec/simd_masks.h"
 
 namespace dcr {
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Band parts
+
+// The encoder's parts stay within kMaxEncodedPartElements (below the decoder's 2^32-element
+// and 2^29-byte stream bounds) wherever BandedCodeFits, at any requested part size; where the
+// requested size already keeps them small the count is the plain rule's (a power of two, at most
+// total / part_elements and total / kBandPartAlign, within 1..kMaxBandParts).
+TEST(BandParts, EncodedPartsStayWithinTheirBound) {
+  static_assert(kMaxEncodedPartElements < kMaxPartElements);
+  const uint64_t g = kMaxEncodedPartElements, most = kMaxBandParts * (g - kBandPartAlign);
+  EXPECT_TRUE(BandedCodeFits(most));
+  EXPECT_FALSE(BandedCodeFits(most + 1));
+  EXPECT_FALSE(BandedCodeFits(uint64_t{1} << 40));
+  for (uint64_t total : {uint64_t{0}, uint64_t{1}, uint64_t{4096}, uint64_t{5} << 20, g - kBandPartAlign, g,
+                         g + 1, 3 * g, 5 * g, most}) {
+    for (uint64_t part_elements : {kDefaultBandPartElements, uint64_t{1} << 40}) {
+      const size_t parts = ChooseBandParts(total, part_elements);
+      const std::string what = "total " + std::to_string(total) + " part_elements " + std::to_string(part_elements);
+      EXPECT_TRUE(std::has_single_bit(parts) && parts <= kMaxBandParts) << what;
+      EXPECT_LE(MaxPartElements(total, parts), g) << what;
+      const uint64_t rule = std::min<uint64_t>({total / part_elements, total / kBandPartAlign, kMaxBandParts});
+      const size_t plain = rule == 0 ? 1 : std::bit_floor(rule);
+      if (MaxPartElements(total, plain) <= g)
+        EXPECT_EQ(parts, plain) << what;
+      else
+        EXPECT_GT(parts, plain) << what;
+    }
+  }
+  EXPECT_EQ(ChooseBandParts(5 * g, uint64_t{1} << 40), 8u);  // in 4 parts, 1.25 g each
+  EXPECT_EQ(ChooseBandParts(3 * g, uint64_t{1} << 40), 4u);  // in 2, 1.5 g each
+}
+
+// Actual parts (FindBandPartStarts over segments of assorted sizes) are no larger than
+// MaxPartElements says.
+TEST(BandParts, PartStartsKeepMaxPartElements) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<uint64_t> sizes(1 + rng() % 40);
+    for (uint64_t& n : sizes) n = 1 + rng() % (rng() % 2 != 0 ? 300'000 : 5'000);
+    uint64_t total = 0;
+    for (uint64_t n : sizes) total += n;
+    std::vector<uint8_t> bytes(total);
+    std::vector<ContextSegment> segs;
+    for (uint64_t at = 0; uint64_t n : sizes) {
+      segs.push_back({DType::kU8, std::span<const uint8_t>(bytes).subspan(at, n)});
+      at += n;
+    }
+    for (uint64_t part_elements : {uint64_t{4096}, uint64_t{100'000}, kDefaultBandPartElements}) {
+      const size_t parts = ChooseBandParts(total, part_elements);
+      const BandPartStarts starts = FindBandPartStarts(segs, total, parts);
+      for (size_t p = 0; p < parts; ++p)
+        EXPECT_LE(starts[p + 1].at - starts[p].at, MaxPartElements(total, parts)) << "trial " << trial << " part " << p;
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Band fit

@@ -158,8 +158,9 @@ void PayloadBuilder::AddTableEntry(const SegmentSpec& spec, uint64_t changed) {
 }
 
 // Context mode when allowed and smaller (both location codes are near-incompressible, so their
-// raw sizes decide). The choice is made, and `located` run, by the thread that finishes the
-// banded code (EncodeBandedLocations' `coded`), while the other may code value streams.
+// raw sizes decide), where the banded code's parts fit (BandedCodeFits). The choice is made,
+// and `located` run, by the thread that finishes the banded code (EncodeBandedLocations'
+// `coded`), while the other may code value streams.
 CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, ClaimableTask* also,
                                              const std::function<void()>& located) {
   CodecMode mode = CodecMode::kPlain;
@@ -171,6 +172,15 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, 
       per_segment.push_back(kept_positions_[i].empty() ? std::span<const uint32_t>(positions_).subspan(from, end - from)
                                                        : kept_positions_[i]);
       from = end;
+    }
+    auto encode_plain = [&] {
+      for (size_t i = 0; i < context_segments_.size(); ++i)
+        EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
+    };
+    if (!BandedCodeFits(TotalElements(context_segments_))) {
+      encode_plain();
+      if (located) located();
+      return mode;
     }
     context_raw_.clear();
     const FitCounts* counted = nullptr;
@@ -197,8 +207,7 @@ CodecMode PayloadBuilder::ChooseLocationCode(int threads, ClaimableTask* early, 
         loc_raw_.swap(context_raw_);
         mode = options_.split_rice ? CodecMode::kContextSplitRice : CodecMode::kContextParts;
       } else {
-        for (size_t i = 0; i < context_segments_.size(); ++i)
-          EncodeLocations(per_segment[i], context_segments_[i].elements(), options_.block_log2, &loc_raw_);
+        encode_plain();
       }
       if (located) located();
     };

@@ -67,9 +67,11 @@ struct EncodeOptions {
   int block_log2 = kDefaultLocationBlockLog2;
   int zstd_level = 3;
   // Context mode needs the receiver to hold the old bits to decode (it always does to apply);
-  // tools without them need plain. kWhenSmaller picks per payload; kAlways is for tests.
+  // tools without them need plain. kWhenSmaller picks per payload; kAlways is for tests. Either
+  // keeps plain mode for a payload whose banded code would not decode (BandedCodeFits).
   enum class Context { kNever, kWhenSmaller, kAlways } context = Context::kNever;
-  // Context mode: at least this many elements per part of the location code (band_context.h).
+  // Context mode: at least this many elements per part of the location code (band_context.h;
+  // more parts where parts this large would exceed kMaxEncodedPartElements).
   uint64_t band_part_elements = kDefaultBandPartElements;
   // From this many values a payload's Huffman value section is in two streams (codec 3).
   uint64_t value_streams_min = kValueStreamsMin;
