@@ -250,9 +250,8 @@ inline void GfniTileBandsAnyClamp(const uint8_t* bytes, size_t words, const Cont
 }
 
 // The encoder's view of a whole tile (kTileWords words of `e`): band b's mask of word wd into
-// mask[wd * kMaxContextBands + b], and run[b] + band b's members in the
-// words before wd into before[wd * kMaxContextBands + b]; run[b] then holds run[b] + the band's
-// members in the tile. (What the encoder's walk needs of a tile, in the layout a change reads at
+// mask[wd * kMaxContextBands + b], and run[b] + band b's members in the words before wd into
+// before[wd * kMaxContextBands + b]; run[b] then holds run[b] + the band's members in the tile. (What the encoder's walk needs of a tile, in the layout a change reads at
 // one index, where GfniTileBands' counts are band by band for the decoder's word search.)
 template <bool kClamp, bool kMaskClass>
 DCR_GFNI_ATTR void GfniTileBandOrdinals(const uint16_t* e, int shift, uint8_t class_mask, const GfniClassTable& g,
