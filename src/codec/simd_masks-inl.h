@@ -176,8 +176,8 @@ HWY_INLINE size_t DifferMasksAnyWidth(const uint8_t* a, const uint8_t* b, uint32
 // Scalar class masks: the tail of a run, and 1- and 8-byte elements (FP8, F64, integers), which
 // are rare in weights.
 // Where class masks go: row i's word w at at[i * row_stride + w * word_stride]. Row-major
-// (row_stride = words, word_stride = 1) for ClassAtLeastMasks; interleaved for the tile rows of
-// the band walks (tile_rows-inl.h), which read a word's rows together.
+// (row_stride = words, word_stride = 1) for ClassAtLeastMasks; interleaved, a word's rows
+// together, for the class rows the band walks' compare kernels make (tile_bands-inl.h).
 struct MaskOut {
   uint64_t* at = nullptr;
   size_t row_stride = 0, word_stride = 1;
