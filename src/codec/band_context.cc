@@ -18,14 +18,27 @@ namespace dcr {
 namespace {
 
 std::atomic<uint64_t> g_helper_parts{0};
+std::atomic<uint64_t> g_max_part_for_tests{0};  // 0: kMaxEncodedPartElements
 
 }  // namespace
+
+uint64_t MaxEncodedPartElements() {
+  const uint64_t set = g_max_part_for_tests.load(std::memory_order_relaxed);
+  return set != 0 ? set : kMaxEncodedPartElements;
+}
+
+void SetMaxEncodedPartElementsForTests(uint64_t elements) { g_max_part_for_tests.store(elements); }
+
+bool BandedCodeFits(uint64_t total_elements) {
+  return MaxPartElements(total_elements, kMaxBandParts) <= MaxEncodedPartElements();
+}
 
 size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements) {
   const uint64_t by_size = total_elements / std::max<uint64_t>(part_elements, 1);
   const uint64_t most = std::min<uint64_t>({by_size, total_elements / kBandPartAlign, kMaxBandParts});
   size_t parts = most == 0 ? 1 : static_cast<size_t>(std::bit_floor(most));
-  while (parts < kMaxBandParts && MaxPartElements(total_elements, parts) > kMaxEncodedPartElements) parts *= 2;
+  const uint64_t bound = MaxEncodedPartElements();
+  while (parts < kMaxBandParts && MaxPartElements(total_elements, parts) > bound) parts *= 2;
   return parts;
 }
 

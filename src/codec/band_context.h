@@ -57,15 +57,19 @@ inline uint64_t MaxPartElements(uint64_t total_elements, size_t parts) {
   return (total_elements + parts - 1) / parts + kBandPartAlign;
 }
 
+// The bound the encoder keeps its parts within: kMaxEncodedPartElements, or a smaller one a test
+// set (SetMaxEncodedPartElementsForTests; 0 restores the constant), so that the bound's effects
+// show on payloads a test can hold.
+uint64_t MaxEncodedPartElements();
+void SetMaxEncodedPartElementsForTests(uint64_t elements);
+
 // Whether the encoder can code locations of `total_elements` in banded context mode: in
-// kMaxBandParts parts, none above kMaxEncodedPartElements (more elements: plain mode).
-inline bool BandedCodeFits(uint64_t total_elements) {
-  return MaxPartElements(total_elements, kMaxBandParts) <= kMaxEncodedPartElements;
-}
+// kMaxBandParts parts, none above MaxEncodedPartElements() (more elements: plain mode).
+bool BandedCodeFits(uint64_t total_elements);
 
 // The parts the encoder cuts `total_elements` into: the largest power of two at most
 // total / part_elements and total / kBandPartAlign, within 1..kMaxBandParts, or, where parts
-// that few could exceed kMaxEncodedPartElements, the fewest more that do not (where
+// that few could exceed MaxEncodedPartElements(), the fewest more that do not (where
 // BandedCodeFits). A function of the payload alone, so the bytes do not depend on the thread
 // count.
 size_t ChooseBandParts(uint64_t total_elements, uint64_t part_elements);

@@ -237,6 +237,47 @@ TEST(ConcurrentEncode, CodedRunsOnceWithTheWholeCodeWritten) {
   SetSecondPartWalkerForTests(SecondPartWalker::kClaimed);
 }
 
+// The encoder's part bound, lowered for the test (SetMaxEncodedPartElementsForTests): a payload
+// its part size keeps in one part is cut into the fewest parts within the bound (4 of 40,960
+// elements for a bound of 16,384), and one that 8 parts within the bound cannot hold (a bound
+// of 8,192) has plain locations; each decodes, on one thread and two, to the changes of the
+// one-part payload and applies to the next bits.
+TEST(ConcurrentEncode, PartsStayWithinTheEncodersBound) {
+  std::mt19937_64 rng(80);
+  World w;
+  w.Add(1, DType::kBF16, 40960, rng, 0, 40960, [](uint64_t) { return 0.05; });
+  const std::vector<SegmentSpec> specs = {{1, DType::kBF16, ValueKind::kXor, 0, 40960}};
+  const EncodeOptions opt = InParts(Context::kAlways, kDefaultBandPartElements);
+  const std::vector<uint8_t> whole = w.Encode(specs, opt);
+  ASSERT_EQ(ModeOf(whole), CodecMode::kContextSplitRice);
+  ASSERT_EQ(PartsOf(whole), 1u);
+  DecodedPayload want;
+  ASSERT_TRUE(DecodePayload(whole, &want, w.Lookup(), 1).ok());
+  for (uint64_t bound : {uint64_t{16384}, uint64_t{8192}}) {
+    SetMaxEncodedPartElementsForTests(bound);
+    std::vector<uint8_t> p;
+    for (int threads : {1, 2}) {
+      const std::vector<uint8_t> q = w.Encode(specs, opt, nullptr, threads);
+      if (threads == 1) p = q;
+      EXPECT_EQ(q, p) << "bound " << bound << ": two threads' bytes differ from one's";
+    }
+    SetMaxEncodedPartElementsForTests(0);
+    const std::string what = "bound " + std::to_string(bound);
+    if (bound == 16384) {
+      ASSERT_EQ(ModeOf(p), CodecMode::kContextSplitRice) << what;
+      EXPECT_EQ(PartsOf(p), 4u) << what;
+    } else {
+      EXPECT_EQ(ModeOf(p), CodecMode::kPlain) << what;
+    }
+    for (int threads : {1, 2}) {
+      DecodedPayload got;
+      ASSERT_TRUE(DecodePayload(p, &got, w.Lookup(), threads).ok()) << what;
+      ExpectSameSegments(want, got, what + ", " + std::to_string(threads) + " thread(s)");
+      ASSERT_NO_FATAL_FAILURE(w.ExpectApplies(got, what));
+    }
+  }
+}
+
 // A band whose changes all lie in the first part: the later parts code it with count 0 (no Rice
 // parameter), and every part decodes, on either thread.
 TEST(ConcurrentDecode, ABandWithoutChangesInAPartDecodes) {
