@@ -51,25 +51,24 @@ bool PrefetchesTiles(std::span<const ContextSegment> segs) {
   return bytes >= kPrefetchTilesMinBytes;
 }
 
-// A tile's band masks and each band's ordinal before each word, in [word][band] order, so that a
-// change reads both at one index: mask[wd * kMaxContextBands + b] and
-// before[wd * kMaxContextBands + b], band b's members before word wd counted from the part's
-// start. Made by the GFNI kernel for whole tiles, else from the tile's bands (Load) for tiles with
-// more changes than words.
+// Each band's ordinal before each word of a tile, in the [word][band] order of the tile's band
+// masks (TileBands::mask), so that a change reads both at one index: mask[wd * kMaxContextBands
+// + b] and before[wd * kMaxContextBands + b], band b's members before word wd counted from the
+// part's start. Made by the GFNI kernel for whole tiles (beside the masks it writes into the
+// TileBands), else from the tile's bands (Load) for tiles with more changes than words.
 struct TileBandOrdinals {
-  alignas(64) uint64_t mask[kTileWords * kMaxContextBands];
+  const uint64_t* mask = nullptr;  // the tile's TileBands::mask
   alignas(64) uint64_t before[kTileWords * kMaxContextBands];
   // From the bands of a tile whose first element is member run[b] of band b.
   void Load(const TileBands& bands, const BandWords& run) {
+    mask = bands.mask;
     const hn::CappedTag<uint64_t, kMaxContextBands> d;
     const size_t n = hn::Lanes(d), words = bands.words;
     for (size_t b = 0; b < kMaxContextBands; b += n) {  // past k, the masks are zero
       auto sum = hn::LoadU(d, run.data() + b);
       for (size_t wd = 0; wd < words; ++wd) {
-        const auto m = hn::Load(d, bands.mask + wd * kMaxContextBands + b);
-        hn::Store(m, d, mask + wd * kMaxContextBands + b);
         hn::Store(sum, d, before + wd * kMaxContextBands + b);
-        sum = hn::Add(sum, hn::PopulationCount(m));
+        sum = hn::Add(sum, hn::PopulationCount(hn::Load(d, bands.mask + wd * kMaxContextBands + b)));
       }
     }
   }
@@ -242,7 +241,9 @@ EncodeWalkEnd EncodeBandWalk(std::span<const ContextSegment> segs, std::span<con
       // change, two-thread context encodes of the real pairs took 1.02-1.03x as long at 0.4-1.4 %
       // change and 1.12x at 4.5-5 %.)
       if (tn == kMaskTileElements && GfniClassifies(classes.gfni)) {
-        GfniTileBandOrdinalsAnyClamp(segs[s].base.data() + tile * w, f, classes.gfni, tb.mask, tb.before, run.data());
+        GfniTileBandOrdinalsAnyClamp(segs[s].base.data() + tile * w, f, classes.gfni, tile_bands.mask, tb.before,
+                                     run.data());
+        tb.mask = tile_bands.mask;
         if (prefetch) PrefetchNextTile(segs[s], w, tile, n);
         WithElementType(w, f, [&]<typename U, int kShift, uint64_t kMask>() {
           EncodeTileByOrdinals<U, kShift, kMask>(segs[s], f, tile, tb, band_of.data(), pos, stop, &out);
